@@ -1,0 +1,45 @@
+# Two commands do everything on a fresh machine with Python 3.11+:
+#   make run    set up .venv (exact pins from envs/*.yaml), then run the default workflow
+#   make test   set up .venv, then lint and test
+# Offline: MIRROR=/path/to/folder laid out like shared/data (e.g. make run MIRROR=../shared/data).
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+CORES ?= all
+MIRROR ?=
+SNAKEMAKE_ARGS ?=
+ENVS := envs/model.yaml envs/plots.yaml envs/workflow.yaml
+MIRROR_CONFIG := $(if $(MIRROR),--config mirror=$(abspath $(MIRROR)),)
+
+.PHONY: venv run test lint report clean-venv
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: $(ENVS) envs/citation.yaml tools/pins.py
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PYTHON) tools/pins.py $(ENVS) > $(VENV)/requirements.txt
+	$(BIN)/pip install --quiet --disable-pip-version-check -r $(VENV)/requirements.txt
+	test -x $(VENV)/cff/bin/python || $(PYTHON) -m venv $(VENV)/cff
+	$(PYTHON) tools/pins.py envs/citation.yaml > $(VENV)/cff/requirements.txt
+	$(VENV)/cff/bin/pip install --quiet --disable-pip-version-check -r $(VENV)/cff/requirements.txt
+	touch $@
+
+run: venv
+	$(BIN)/snakemake --cores $(CORES) --profile profiles/default $(MIRROR_CONFIG) $(SNAKEMAKE_ARGS)
+
+report: venv
+	$(BIN)/snakemake --profile profiles/default $(MIRROR_CONFIG) --report results/report.html
+
+lint: venv
+	$(BIN)/ruff check scripts tests tools
+	$(BIN)/ruff format --check scripts tests tools
+	$(BIN)/snakefmt --check Snakefile rules
+	$(BIN)/snakemake --lint $(MIRROR_CONFIG)
+	$(VENV)/cff/bin/cffconvert --validate --infile CITATION.cff
+
+test: lint
+	ATTNSCOPE_MIRROR=$(abspath $(or $(MIRROR),../shared/data)) $(BIN)/pytest
+
+clean-venv:
+	rm -rf $(VENV)

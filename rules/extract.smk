@@ -1,0 +1,23 @@
+# Run each model over each corpus once; every analysis reads the stored hidden states.
+
+
+rule extract_hidden_states:
+    input:
+        manifest=manifest,
+        encoded="results/{model}/{corpus}/encoded.h5",
+    output:
+        "results/{model}/{corpus}/hidden_states.h5",
+    params:
+        batch_size=config["batch_size"],
+        device=config["device"],
+        dtype=config["dtype"],
+    resources:
+        gpu=gpu_count,
+    log:
+        "results/{model}/{corpus}/logs/extract_hidden_states.log",
+    benchmark:
+        "results/{model}/{corpus}/benchmarks/extract_hidden_states.tsv"
+    conda:
+        "../envs/model.yaml"
+    script:
+        "../scripts/extract_hidden_states.py"

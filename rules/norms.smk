@@ -1,0 +1,5 @@
+# Placeholder: filled in by the norms analysis.
+
+
+def norms_targets():
+    return []

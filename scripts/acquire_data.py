@@ -1,0 +1,8 @@
+"""Copy a data file from the mirror or download it, and verify its SHA-256."""
+
+from attnscope import runlog
+from attnscope.datasets import acquire
+
+log = runlog.start(snakemake)  # noqa: F821
+origin = acquire(snakemake.params.relpath, snakemake.output[0], snakemake.params.mirror)  # noqa: F821
+log.info("%s from %s: SHA-256 verified", snakemake.params.relpath, origin)  # noqa: F821

@@ -1,0 +1,3 @@
+"""attnscope: analyses of what attention heads in transformer language models do."""
+
+__version__ = "0.1.0"

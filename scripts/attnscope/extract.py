@@ -1,0 +1,129 @@
+"""Run a model over an encoded corpus once and store every layer's hidden state.
+
+Streaming: one batch of sequences is in memory at a time; each batch's states go straight
+into the HDF5 datasets, so memory does not grow with the corpus size.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from attnscope.adapters import base_model
+from attnscope.datasets import sha256_of
+from attnscope.store import TOKEN_ARRAYS, atomic_h5
+
+PACKAGES = ("torch", "transformers", "numpy", "h5py")
+
+
+def model_inputs(model, input_ids, attention_mask, token_type_ids) -> dict:
+    """Keyword arguments for the forward pass. GPT-2 gets no segment ids (it would add word
+    embeddings for them); a BERT-family model with one token type gets zeros."""
+    inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+    if model.config.model_type == "gpt2":
+        return inputs
+    if getattr(model.config, "type_vocab_size", 1) > 1:
+        inputs["token_type_ids"] = token_type_ids
+    else:
+        inputs["token_type_ids"] = torch.zeros_like(token_type_ids)
+    return inputs
+
+
+def forward_hidden_states(model, inputs: dict) -> list[torch.Tensor]:
+    """All n_layers + 1 residual-stream states, [B, n, d] each; hidden[l] is layer l+1's input.
+
+    GPT-2's last state is taken before ln_f (transformers returns it after ln_f).
+    """
+    captured = {}
+    hook = None
+    if model.config.model_type == "gpt2":
+        last_block = base_model(model).h[-1]
+
+        def grab(module, args, output):
+            captured["last"] = output[0] if isinstance(output, tuple) else output
+
+        hook = last_block.register_forward_hook(grab)
+    try:
+        with torch.no_grad():
+            out = model(**inputs, output_hidden_states=True)
+    finally:
+        if hook is not None:
+            hook.remove()
+    states = list(out.hidden_states)
+    if "last" in captured:
+        states[-1] = captured["last"]
+    return states
+
+
+def extract(
+    model,
+    encoded_path: str | Path,
+    out_path: str | Path,
+    batch_size: int,
+    device: str,
+    dtype: str = "float32",
+    attrs: dict | None = None,
+    log=None,
+) -> dict:
+    """Write hidden_states.h5 for one model and one encoded corpus; returns summary stats."""
+    storage = np.dtype(dtype)
+    model = model.to(device).eval()
+    with h5py.File(encoded_path, "r") as enc, atomic_h5(out_path) as out:
+        arrays = {name: enc[name][()] for name in TOKEN_ARRAYS}
+        n_seq, length = arrays["input_ids"].shape
+        if n_seq == 0:
+            raise ValueError(f"{encoded_path}: the encoded corpus has no sequences")
+        used_types = arrays["token_type_ids"]
+        if model.config.model_type == "gpt2" or getattr(model.config, "type_vocab_size", 1) <= 1:
+            used_types = np.zeros_like(used_types)
+        arrays["token_type_ids"] = used_types
+        for name, values in arrays.items():
+            out.create_dataset(name, data=values)
+        d = model.config.hidden_size
+        n_states = model.config.num_hidden_layers + 1
+        chunk = (min(batch_size, n_seq), length, d)
+        hidden = [
+            out.create_dataset(f"hidden/{l}", shape=(n_seq, length, d), dtype=storage, chunks=chunk)
+            for l in range(n_states)
+        ]
+        progress = tqdm(total=n_seq, unit="seq", file=log, mininterval=5, desc="extract")
+        for start in range(0, n_seq, batch_size):
+            stop = min(start + batch_size, n_seq)
+            n = int(arrays["attention_mask"][start:stop].sum(axis=1).max())
+            batch = {
+                key: torch.from_numpy(arrays[key][start:stop, :n].astype(np.int64)).to(device)
+                for key in ("input_ids", "attention_mask", "token_type_ids")
+            }
+            states = forward_hidden_states(model, model_inputs(model, **batch))
+            for l, state in enumerate(states):
+                block = np.zeros((stop - start, length, d), dtype=storage)
+                block[:, :n] = state.float().cpu().numpy().astype(storage)
+                hidden[l][start:stop] = block
+            progress.update(stop - start)
+        progress.close()
+        out.attrs.update(attrs or {})
+        out.attrs["corpus_sha256"] = sha256_of(encoded_path)
+        out.attrs["dtype"] = dtype
+        out.attrs["packages"] = json.dumps(
+            {p: importlib.metadata.version(p) for p in PACKAGES}, sort_keys=True
+        )
+    return {"sequences": n_seq, "length": length, "layers": n_states - 1}
+
+
+def manifest_attrs(manifest: dict) -> dict:
+    """Store attributes that tie hidden states to the exact model they came from."""
+    weights = json.dumps(manifest["weights_sha256"], sort_keys=True)
+    return {
+        "model_name": manifest["name"],
+        "model_id": manifest["id"],
+        "model_revision": manifest["revision"],
+        "model_type": manifest["model_type"],
+        "weights_sha256": hashlib.sha256(weights.encode()).hexdigest(),
+    }

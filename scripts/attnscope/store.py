@@ -1,0 +1,113 @@
+"""HDF5 files of encoded corpora and hidden states, written atomically, read in batches.
+
+`encoded.h5` (one corpus encoded for one model's tokenizer), datasets, N sequences padded to L:
+    input_ids       [N, L] int32
+    attention_mask  [N, L] int8   1 = real token
+    token_type_ids  [N, L] int8   segment ids (0/1, or all 0 with `segment_ids: zeros`)
+    category        [N, L] int8   see attnscope.tokens (OTHER, CLS, SEP, PUNCT; PAD = -1)
+    word_ids        [N, L] int32  index of the word a piece belongs to, -1 for specials/pads
+    meta            [N]    str    one JSON object per sequence (words, gold annotations)
+
+`hidden_states.h5` holds the same first five datasets plus
+    hidden/{l}      [N, L, d]     float32 (or float16), l = 0..n_layers
+hidden/0 is the embedding output (the input of the first layer), hidden/{l} the output of
+layer l, i.e. the input of layer l + 1, for every family. For GPT-2, hidden/{n_layers} is the
+last block's output before the final LayerNorm ln_f (transformers returns it after ln_f).
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import h5py
+import numpy as np
+import torch
+
+TOKEN_ARRAYS = ("input_ids", "attention_mask", "token_type_ids", "category", "word_ids")
+
+
+@contextmanager
+def atomic_h5(path: str | Path) -> Iterator[h5py.File]:
+    """Open `path`.partial for writing and rename it to `path` only on success.
+
+    A failed or killed writer leaves no file under the final name.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    try:
+        with h5py.File(partial, "w") as f:
+            yield f
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+@dataclass
+class Batch:
+    """Sequences [start, stop) of a store, trimmed to the longest real length in the batch.
+
+    X [B, n, d] float32 on the requested device; mask, ids, category, word_ids [B, n].
+    """
+
+    start: int
+    stop: int
+    X: torch.Tensor
+    mask: torch.Tensor
+    input_ids: np.ndarray
+    category: np.ndarray
+    word_ids: np.ndarray
+
+
+class HiddenStates:
+    """Read access to `hidden_states.h5`. Token arrays are small and kept in memory;
+    hidden states are read one layer and one batch at a time."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._file = h5py.File(self.path, "r")
+        for name in TOKEN_ARRAYS:
+            setattr(self, name, self._file[name][()])
+        self.n_sequences, self.length = self.input_ids.shape
+        self.n_layers = len(self._file["hidden"]) - 1
+        self.d_model = self._file["hidden/0"].shape[-1]
+        self.attrs = dict(self._file.attrs)
+        self.lengths = self.attention_mask.sum(axis=1).astype(int)
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def hidden(self, layer: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """hidden/{layer}[start:stop] as float32.  [B, L, d]"""
+        return self._file[f"hidden/{layer}"][start:stop].astype(np.float32)
+
+    def batches(
+        self, layer: int, batch_size: int, device: str = "cpu", limit: int | None = None
+    ) -> Iterator[Batch]:
+        """Batches of layer `layer`'s input X_l over the first `limit` sequences (all if None)."""
+        total = self.n_sequences if limit is None else min(limit, self.n_sequences)
+        for start in range(0, total, batch_size):
+            stop = min(start + batch_size, total)
+            n = int(self.lengths[start:stop].max())
+            X = torch.from_numpy(self.hidden(layer, start, stop)[:, :n]).to(device)
+            yield Batch(
+                start=start,
+                stop=stop,
+                X=X,
+                mask=torch.from_numpy(self.attention_mask[start:stop, :n].astype(np.int64)).to(
+                    device
+                ),
+                input_ids=self.input_ids[start:stop, :n],
+                category=self.category[start:stop, :n],
+                word_ids=self.word_ids[start:stop, :n],
+            )

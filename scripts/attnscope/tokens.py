@@ -1,0 +1,59 @@
+"""Token categories used by every analysis: [CLS], [SEP], punctuation, other.
+
+Codes (int8 in the stores): OTHER 0, CLS 1, SEP 2, PUNCT 3, PAD -1.
+RoBERTa: <s> is CLS, </s> is SEP. GPT-2 has one special token, <|endoftext|>: the corpora
+put it first (category CLS, the sequence start) and between/after segments (category SEP),
+so the same tables mean the same thing for every family.
+PUNCT is "." and "," as whole pieces (Clark et al. 2019), with or without a leading
+word-boundary marker (GPT-2/RoBERTa "Ġ,").
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+OTHER, CLS, SEP, PUNCT, PAD = 0, 1, 2, 3, -1
+CATEGORY_NAMES = {OTHER: "other", CLS: "CLS", SEP: "SEP", PUNCT: "punct"}
+PUNCT_PIECES = {".", ","}
+
+
+def special_ids(tokenizer) -> tuple[int, int]:
+    """(start id, separator id) for a tokenizer: [CLS]/[SEP], <s>/</s>, or GPT-2's eos twice."""
+    start = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else None
+    sep = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else None
+    if start is None:
+        start = tokenizer.bos_token_id
+    if sep is None:
+        sep = tokenizer.eos_token_id
+    if start is None or sep is None:
+        raise ValueError(f"tokenizer {tokenizer.name_or_path!r} has no start/separator token")
+    return int(start), int(sep)
+
+
+def punct_ids(tokenizer) -> set[int]:
+    """Vocabulary ids of the pieces that count as punctuation ("." and ",")."""
+    ids = set()
+    for piece in PUNCT_PIECES:
+        for variant in (piece, "Ġ" + piece, "▁" + piece):
+            token_id = tokenizer.convert_tokens_to_ids(variant)
+            if token_id is not None and token_id != tokenizer.unk_token_id:
+                ids.add(int(token_id))
+    return ids
+
+
+def categorize(
+    input_ids: np.ndarray, attention_mask: np.ndarray, tokenizer, first_is_start: bool = True
+) -> np.ndarray:
+    """Category code of every piece.  input_ids, attention_mask [N, L] -> [N, L] int8.
+
+    With `first_is_start`, position 0 is CLS even when start and separator share an id (GPT-2).
+    """
+    start, sep = special_ids(tokenizer)
+    cat = np.full(input_ids.shape, OTHER, dtype=np.int8)
+    cat[np.isin(input_ids, list(punct_ids(tokenizer)))] = PUNCT
+    cat[input_ids == sep] = SEP
+    cat[input_ids == start] = CLS if start != sep else SEP
+    if first_is_start:
+        cat[:, 0] = np.where(input_ids[:, 0] == start, CLS, cat[:, 0])
+    cat[attention_mask == 0] = PAD
+    return cat

@@ -1,0 +1,125 @@
+"""Shared fixtures: tiny random models of every supported family, built offline."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+TINY = dict(hidden=32, heads=4, layers=2, ff=64, vocab=120, positions=64)
+
+
+def tiny_config(family: str):
+    """A `transformers` config of the given family, small enough for unit tests."""
+    from transformers import BertConfig, ElectraConfig, GPT2Config, RobertaConfig
+
+    common = dict(
+        vocab_size=TINY["vocab"],
+        hidden_size=TINY["hidden"],
+        num_hidden_layers=TINY["layers"],
+        num_attention_heads=TINY["heads"],
+        intermediate_size=TINY["ff"],
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    if family == "bert":
+        return BertConfig(max_position_embeddings=TINY["positions"], **common)
+    if family == "roberta":
+        return RobertaConfig(
+            max_position_embeddings=TINY["positions"] + 2, pad_token_id=1, **common
+        )
+    if family == "electra":
+        return ElectraConfig(
+            max_position_embeddings=TINY["positions"],
+            embedding_size=TINY["hidden"],
+            **common,
+        )
+    if family == "gpt2":
+        return GPT2Config(
+            vocab_size=TINY["vocab"],
+            n_embd=TINY["hidden"],
+            n_layer=TINY["layers"],
+            n_head=TINY["heads"],
+            n_positions=TINY["positions"],
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+        )
+    raise ValueError(family)
+
+
+def tiny_model(family: str, seed: int = 0, head: str = "base"):
+    """A tiny random model in eval mode with eager attention (head: base or mlm)."""
+    from transformers import AutoModel, AutoModelForMaskedLM
+
+    torch.manual_seed(seed)
+    config = tiny_config(family)
+    config._attn_implementation = "eager"
+    cls = AutoModelForMaskedLM if head == "mlm" else AutoModel
+    model = cls.from_config(config, attn_implementation="eager")
+    # Random LayerNorm and bias values, so that no term of a decomposition hides at 0/1.
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    return model.eval()
+
+
+def tiny_batch(family: str, batch: int = 3, length: int = 12, seed: int = 1):
+    """Random token ids with ragged lengths: (input_ids, attention_mask), each [B, n]."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, TINY["vocab"], (batch, length), generator=g)
+    mask = torch.ones(batch, length, dtype=torch.long)
+    for b in range(1, batch):
+        mask[b, length - 2 * b :] = 0
+    ids = ids.masked_fill(mask == 0, 1 if family == "roberta" else 0)
+    return ids, mask
+
+
+@pytest.fixture(params=["bert", "roberta", "electra", "gpt2"])
+def family(request):
+    return request.param
+
+
+def write_tiny_encoded(path, family: str, batch: int = 4, length: int = 16, seed: int = 1):
+    """An encoded.h5 of random pieces laid out START a.. SEP b.. SEP, with ragged lengths.
+
+    Pieces: id 2 = START, id 3 = SEP, id 4 = punct; categories filled accordingly.
+    """
+    import h5py
+    import numpy as np
+
+    from attnscope.tokens import CLS, OTHER, PAD, PUNCT, SEP
+
+    ids, mask = tiny_batch(family, batch, length, seed)
+    ids, mask = ids.numpy().astype(np.int32), mask.numpy().astype(np.int8)
+    category = np.full(ids.shape, OTHER, dtype=np.int8)
+    types = np.zeros(ids.shape, dtype=np.int8)
+    for b in range(batch):
+        n = int(mask[b].sum())
+        middle = n // 2
+        ids[b, 0], ids[b, middle], ids[b, n - 1] = 2, 3, 3
+        ids[b, 3] = 4
+        category[b, 0], category[b, middle], category[b, n - 1] = CLS, SEP, SEP
+        category[b, 3] = PUNCT
+        types[b, middle + 1 : n] = 1
+        category[b, n:] = PAD
+    word_ids = np.where(category == OTHER, np.cumsum(category == OTHER, axis=1) - 1, -1)
+    with h5py.File(path, "w") as f:
+        f["input_ids"] = ids
+        f["attention_mask"] = mask
+        f["token_type_ids"] = types
+        f["category"] = category
+        f["word_ids"] = word_ids.astype(np.int32)
+        f.create_dataset("meta", data=["{}"] * batch, dtype=h5py.string_dtype())
+    return path
+
+
+def write_tiny_store(tmp_path, family: str, batch: int = 4, length: int = 16, head="base"):
+    """(hidden_states.h5 path, model): a tiny random model run over a tiny encoded corpus."""
+    from attnscope.extract import extract
+
+    model = tiny_model(family, head=head)
+    encoded = write_tiny_encoded(tmp_path / f"{family}-encoded.h5", family, batch, length)
+    store = tmp_path / f"{family}-hidden_states.h5"
+    extract(model, encoded, store, batch_size=3, device="cpu")
+    return store, model

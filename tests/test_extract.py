@@ -1,0 +1,65 @@
+"""Extraction stores every layer's state exactly, streams, and never leaves half a file."""
+
+import h5py
+import numpy as np
+import pytest
+import torch
+from conftest import tiny_model, write_tiny_encoded, write_tiny_store
+
+from attnscope.adapters import canonical_weights
+from attnscope.attention import layer_forward
+from attnscope.extract import extract
+from attnscope.store import HiddenStates
+
+
+def test_store_matches_fresh_forward_pass(tmp_path, family):
+    store_path, model = write_tiny_store(tmp_path, family)
+    with HiddenStates(store_path) as store:
+        assert store.n_layers == model.config.num_hidden_layers
+        ids = torch.from_numpy(store.input_ids.astype(np.int64))
+        mask = torch.from_numpy(store.attention_mask.astype(np.int64))
+        kwargs = {"input_ids": ids, "attention_mask": mask}
+        if family != "gpt2" and model.config.type_vocab_size > 1:
+            kwargs["token_type_ids"] = torch.from_numpy(store.token_type_ids.astype(np.int64))
+        with torch.no_grad():
+            fresh = model(**kwargs, output_hidden_states=True).hidden_states
+        valid = store.attention_mask.astype(bool)
+        last = store.n_layers if family != "gpt2" else store.n_layers - 1
+        for l in range(last + 1):
+            assert np.abs(store.hidden(l)[valid] - fresh[l].numpy()[valid]).max() <= 1e-4
+
+
+def test_each_stored_state_is_the_previous_layers_output(tmp_path, family):
+    """hidden/{l+1} = layer l+1 applied to hidden/{l}, for every family (GPT-2 before ln_f)."""
+    store_path, model = write_tiny_store(tmp_path, family)
+    weights = canonical_weights(model)
+    with HiddenStates(store_path) as store:
+        for l, layer in enumerate(weights.layers):
+            for batch in store.batches(l, batch_size=2):
+                nxt = layer_forward(batch.X, batch.mask, layer).numpy()
+                target = store.hidden(l + 1, batch.start, batch.stop)[:, : nxt.shape[1]]
+                valid = batch.mask.numpy().astype(bool)
+                assert np.abs(nxt[valid] - target[valid]).max() <= 1e-4
+
+
+def test_float16_storage(tmp_path):
+    model = tiny_model("bert")
+    encoded = write_tiny_encoded(tmp_path / "enc.h5", "bert")
+    out = tmp_path / "hs.h5"
+    extract(model, encoded, out, batch_size=2, device="cpu", dtype="float16")
+    with h5py.File(out, "r") as f:
+        assert f["hidden/1"].dtype == np.float16
+        assert f.attrs["dtype"] == "float16"
+
+
+def test_failed_extraction_leaves_no_file(tmp_path):
+    model = tiny_model("bert")
+    encoded = write_tiny_encoded(tmp_path / "enc.h5", "bert")
+    with h5py.File(encoded, "a") as f:
+        ids = f["input_ids"][()]
+        ids[1, 2] = 10_000  # outside the vocabulary: the forward pass fails mid-corpus
+        f["input_ids"][...] = ids
+    out = tmp_path / "hs.h5"
+    with pytest.raises(IndexError):
+        extract(model, encoded, out, batch_size=1, device="cpu")
+    assert list(tmp_path.glob("hs.h5*")) == []
