@@ -19,9 +19,14 @@ wildcard_constraints:
 def check_corpus_references():
     """Every analysis names corpora that `corpora:` defines (the schema cannot say this)."""
     analyses = config.get("analyses", {})
-    named = [(f"analyses.{a}.corpora", c) for a in ("weights", "norms")
-             for c in analyses.get(a, {}).get("corpora", [])]
-    named.append(("analyses.position.corpus", analyses.get("position", {}).get("corpus")))
+    named = [
+        (f"analyses.{a}.corpora", c)
+        for a in ("weights", "norms")
+        for c in analyses.get(a, {}).get("corpora", [])
+    ]
+    named.append(
+        ("analyses.position.corpus", analyses.get("position", {}).get("corpus"))
+    )
     for key, corpus in named:
         if corpus not in config["corpora"]:
             raise ValueError(
@@ -43,9 +48,13 @@ def model_settings(wildcards):
 
 
 def corpus_data_files(wildcards):
-    """The acquired data files a corpus is built from."""
-    kind = config["corpora"][wildcards.corpus]["kind"]
-    return [f"resources/data/{f.relpath}" for f in files_for_kind(kind)]
+    """The files a corpus is built from: acquired data, or the user's file (kind clark)."""
+    settings = config["corpora"][wildcards.corpus]
+    if settings["kind"] == "clark":
+        if not settings.get("path"):
+            raise ValueError(f"config: corpora.{wildcards.corpus}.path is required for kind clark")
+        return [settings["path"]]
+    return [f"resources/data/{f.relpath}" for f in files_for_kind(settings["kind"])]
 
 
 def gpu_count(wildcards=None):
@@ -62,11 +71,16 @@ def hidden_states(wildcards):
 
 
 def foundation_targets():
+    """Every corpus encoded for every model; hidden states where an analysis reads them."""
     corpora_used = set(config["analyses"]["weights"]["corpora"])
     corpora_used |= set(config["analyses"]["norms"]["corpora"])
     corpora_used.add(config["analyses"]["position"]["corpus"])
-    return expand(
-        "results/{model}/{corpus}/hidden_states.h5",
-        model=MODELS,
-        corpus=sorted(corpora_used),
-    ) + expand("results/{model}/model/manifest.json", model=MODELS)
+    return (
+        expand("results/{model}/model/manifest.json", model=MODELS)
+        + expand("results/{model}/{corpus}/encoded.h5", model=MODELS, corpus=CORPORA)
+        + expand(
+            "results/{model}/{corpus}/hidden_states.h5",
+            model=MODELS,
+            corpus=sorted(corpora_used),
+        )
+    )

@@ -7,17 +7,17 @@ rule extract_hidden_states:
         encoded="results/{model}/{corpus}/encoded.h5",
     output:
         "results/{model}/{corpus}/hidden_states.h5",
-    params:
-        batch_size=config["batch_size"],
-        device=config["device"],
-        dtype=config["dtype"],
-    resources:
-        gpu=gpu_count,
     log:
         "results/{model}/{corpus}/logs/extract_hidden_states.log",
     benchmark:
         "results/{model}/{corpus}/benchmarks/extract_hidden_states.tsv"
     conda:
         "../envs/model.yaml"
+    resources:
+        gpu=gpu_count,
+    params:
+        batch_size=config["batch_size"],
+        device=config["device"],
+        dtype=config["dtype"],
     script:
         "../scripts/extract_hidden_states.py"

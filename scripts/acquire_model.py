@@ -9,5 +9,11 @@ manifest = build_manifest(
     snakemake.params.spec,  # noqa: F821
     mirror=snakemake.params.mirror,  # noqa: F821
 )
-log.info("model %s: %s %s at %s", manifest["name"], manifest["id"], manifest["revision"], manifest["path"])
+log.info(
+    "model %s: %s %s at %s",
+    manifest["name"],
+    manifest["id"],
+    manifest["revision"],
+    manifest["path"],
+)
 write_manifest(snakemake.output[0], manifest)  # noqa: F821

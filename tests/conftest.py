@@ -58,7 +58,7 @@ def tiny_model(family: str, seed: int = 0, head: str = "base"):
     model = cls.from_config(config, attn_implementation="eager")
     # Random LayerNorm and bias values, so that no term of a decomposition hides at 0/1.
     with torch.no_grad():
-        for name, p in model.named_parameters():
+        for p in model.parameters():
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
     return model.eval()

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-from conftest import tiny_batch, tiny_model
 
 from attnscope.adapters import UnsupportedModelError, canonical_weights
 from attnscope.attention import (
@@ -11,6 +10,7 @@ from attnscope.attention import (
     layer_forward,
     value_vectors,
 )
+from conftest import tiny_batch, tiny_model
 
 
 def _forward(model, ids, mask):

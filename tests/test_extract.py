@@ -4,12 +4,12 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import tiny_model, write_tiny_encoded, write_tiny_store
 
 from attnscope.adapters import canonical_weights
 from attnscope.attention import layer_forward
 from attnscope.extract import extract
 from attnscope.store import HiddenStates
+from conftest import tiny_model, write_tiny_encoded, write_tiny_store
 
 
 def test_store_matches_fresh_forward_pass(tmp_path, family):

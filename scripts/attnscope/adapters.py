@@ -13,8 +13,8 @@ Families: "bert" (BERT, RoBERTa, ELECTRA; post-LN) and "gpt2" (pre-LN, Conv1D we
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 
@@ -34,9 +34,7 @@ class LayerNormWeights:
     eps: float
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.layer_norm(
-            x, x.shape[-1:], self.gamma, self.beta, self.eps
-        )
+        return torch.nn.functional.layer_norm(x, x.shape[-1:], self.gamma, self.beta, self.eps)
 
 
 @dataclass(frozen=True)
@@ -235,10 +233,7 @@ def canonical_weights(model) -> ModelWeights:
         return ModelWeights(
             family="gpt2",
             model_type=model_type,
-            layers=[
-                _gpt2_layer(block, config, activation, i)
-                for i, block in enumerate(core.h)
-            ],
+            layers=[_gpt2_layer(block, config, activation, i) for i, block in enumerate(core.h)],
             word_embeddings=core.wte.weight.detach(),
             position_embeddings=core.wpe.weight.detach(),
             token_type_embeddings=None,
@@ -246,8 +241,7 @@ def canonical_weights(model) -> ModelWeights:
             final_ln=_ln(core.ln_f),
         )
     raise UnsupportedModelError(
-        f"model_type {model_type!r} is not supported; "
-        f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
+        f"model_type {model_type!r} is not supported; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
     )
 
 
@@ -292,10 +286,7 @@ def has_mlm_head(path: str) -> bool:
     elif (folder / "pytorch_model.bin").exists():
         state = torch.load(folder / "pytorch_model.bin", map_location="cpu")
         names = set(state)
-    return any(
-        n.startswith(("cls.predictions", "lm_head", "generator_lm_head"))
-        for n in names
-    )
+    return any(n.startswith(("cls.predictions", "lm_head", "generator_lm_head")) for n in names)
 
 
 def pick_device(setting: str) -> str:

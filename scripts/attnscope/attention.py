@@ -39,9 +39,7 @@ def additive_mask(mask: torch.Tensor, causal: bool, dtype: torch.dtype) -> torch
     return torch.where(visible, zero, torch.finfo(dtype).min)
 
 
-def attention_probs(
-    X: torch.Tensor, mask: torch.Tensor, layer: LayerWeights
-) -> torch.Tensor:
+def attention_probs(X: torch.Tensor, mask: torch.Tensor, layer: LayerWeights) -> torch.Tensor:
     """alpha^h_ij = softmax_j(q_i k_j^T * scale) over visible keys.  [B, H, n, n]
 
     Rows of padding queries are defined but meaningless; ignore them with `mask`.
@@ -71,9 +69,7 @@ def feed_forward(h: torch.Tensor, layer: LayerWeights) -> torch.Tensor:
 
 def layer_forward(X: torch.Tensor, mask: torch.Tensor, layer: LayerWeights):
     """The whole layer recomputed from canonical weights: X_l -> X_{l+1}.  [B, n, d]"""
-    y = attention_output(
-        attention_probs(X, mask, layer), value_vectors(X, layer), layer
-    )
+    y = attention_output(attention_probs(X, mask, layer), value_vectors(X, layer), layer)
     if layer.pre_ln:
         h = X + y
         return h + feed_forward(layer.ln_ff(h), layer)

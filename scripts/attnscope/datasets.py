@@ -81,7 +81,10 @@ DATA_FILES = {
 FILES_BY_KIND = {
     "wiki": ["wikitext-2/valid.txt", "wikitext-2/test.txt"],
     "wiki512": ["wikitext-2/valid.txt", "wikitext-2/test.txt"],
-    "ewt": ["ud-english-ewt-r2.16/en_ewt-ud-dev.conllu", "ud-english-ewt-r2.16/en_ewt-ud-test.conllu"],
+    "ewt": [
+        "ud-english-ewt-r2.16/en_ewt-ud-dev.conllu",
+        "ud-english-ewt-r2.16/en_ewt-ud-test.conllu",
+    ],
     "gap": [
         "gap-coreference/gap-development.tsv",
         "gap-coreference/gap-test.tsv",
@@ -128,9 +131,10 @@ def acquire(relpath: str, destination: str | Path, mirror: str = "") -> str:
             shutil.copyfile(origin, partial)
         else:
             origin = entry.url
-            with urllib.request.urlopen(entry.url, timeout=60) as response, open(
-                partial, "wb"
-            ) as out:
+            with (
+                urllib.request.urlopen(entry.url, timeout=60) as response,
+                open(partial, "wb") as out,
+            ):
                 shutil.copyfileobj(response, out)
         actual = sha256_of(partial)
         if actual != entry.sha256:

@@ -45,12 +45,10 @@ def _hub_folder(name: str, repo: str, revision: str, mirror: str, resources: Pat
 
     target = resources / name
     try:
-        snapshot_download(
-            repo_id=repo,
-            revision=revision,
-            local_dir=target,
-            allow_patterns=["*.json", "*.txt", "*.model", "*.safetensors", "merges.txt"],
-        )
+        common = dict(repo_id=repo, revision=revision, local_dir=target)
+        snapshot_download(**common, allow_patterns=["*.json", "*.txt", "*.model", "*.safetensors"])
+        if not any(target.glob("*.safetensors")):  # older repos ship only PyTorch pickles
+            snapshot_download(**common, allow_patterns=["pytorch_model*.bin"])
     except Exception as error:  # network, unknown repo, unknown revision
         hint = f" or place it at {mirrored}" if mirrored is not None else ""
         raise ModelNotFoundError(

@@ -18,10 +18,10 @@ last block's output before the final LayerNorm ln_f (transformers returns it aft
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import h5py
 import numpy as np

