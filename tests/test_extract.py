@@ -63,3 +63,22 @@ def test_failed_extraction_leaves_no_file(tmp_path):
     with pytest.raises(IndexError):
         extract(model, encoded, out, batch_size=1, device="cpu")
     assert list(tmp_path.glob("hs.h5*")) == []
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_check_store_tool_accepts_a_good_store_and_rejects_a_tampered_one(tmp_path, family):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    store, model = write_tiny_store(tmp_path, family)
+    model.save_pretrained(tmp_path / "model")
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"path": str(tmp_path / "model")}))
+    tool = Path(__file__).parents[1] / "tools" / "check_store.py"
+    command = [sys.executable, str(tool), str(store), str(manifest)]
+    assert subprocess.run(command, capture_output=True).returncode == 0
+    with h5py.File(store, "a") as f:
+        f["hidden/1"][0, 1, 0] += 1e-2
+    assert subprocess.run(command, capture_output=True).returncode == 1
