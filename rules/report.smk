@@ -32,7 +32,3 @@ rule config_snapshot:
         config=config,
     script:
         "../scripts/config_snapshot.py"
-
-
-def report_targets():
-    return ["results/software/versions.tsv", "results/software/config.yaml"]

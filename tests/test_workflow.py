@@ -101,6 +101,31 @@ def test_tiny_workflow_runs_every_rule(tiny_run):
     assert (workdir / "results/software/versions.tsv").is_file()
 
 
+def scheduled_rules(result) -> set[str]:
+    """Rule names a dry run would execute (from its job-stats table)."""
+    text = result.stdout + result.stderr
+    table = text.split("Job stats:")[1].split("\n\n")[0]
+    return {line.split()[0] for line in table.splitlines()[3:] if line.split()[0] != "total"}
+
+
+@pytest.mark.parametrize(
+    "analysis, key, value, expected",
+    [
+        ("norms", "seed", 7, {"norms_compute", "norms_figures", "norms_affine_figure"}),
+        ("weights", "n_clusters", 3, {"weights_distances", "weights_figures_map"}),
+    ],
+)
+def test_changing_one_setting_reruns_only_what_depends_on_it(
+    tiny_run, analysis, key, value, expected
+):
+    workdir, config = tiny_run
+    changed = yaml.safe_load(yaml.safe_dump(config))
+    changed["analyses"][analysis][key] = value
+    rules = scheduled_rules(snakemake(workdir, changed, "--dry-run"))
+    assert expected <= rules
+    assert rules - expected <= {"all", "config_snapshot"}, rules
+
+
 def test_report_builds(tiny_run):
     workdir, config = tiny_run
     result = snakemake(workdir, config, "--report", str(workdir / "report.html"))

@@ -1,16 +1,25 @@
-"""Send a rule script's output to the rule's log file."""
+"""Send a rule script's output to the rule's log file, and keep torch to the rule's threads."""
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 
 def start(snakemake) -> logging.Logger:
-    """Redirect stdout/stderr of a `script:` job to its `log:` file; return a logger."""
+    """Redirect stdout/stderr of a `script:` job to its `log:` file; return a logger.
+
+    Torch (imported now or later) uses `snakemake.threads` threads, so parallel jobs never
+    ask for more cores than Snakemake gave them.
+    """
     if snakemake.log:
         stream = open(snakemake.log[0], "w", buffering=1)
         sys.stdout = sys.stderr = stream
+    threads = str(max(1, int(getattr(snakemake, "threads", 1))))
+    os.environ["OMP_NUM_THREADS"] = threads
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(threads))
     logging.basicConfig(
         stream=sys.stderr,
         level=logging.INFO,

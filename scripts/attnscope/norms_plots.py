@@ -1,0 +1,102 @@
+"""Figures of the norm-based analysis, drawn from its TSV tables only (no torch needed).
+
+Layers and heads are 1-based, as in the tables. Each function returns a matplotlib figure.
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+CATEGORY_ORDER = ["CLS", "SEP", "punct", "other"]
+
+
+def heads_per_layer(table: pd.DataFrame, seed: int) -> dict[int, int]:
+    """One head per layer, drawn with `seed` (the paper shows one random head per layer)."""
+    n_heads = int(table["head"].max())
+    layers = sorted(table["layer"].unique())
+    drawn = np.random.default_rng(seed).integers(1, n_heads + 1, size=len(layers))
+    return {int(layer): int(h) for layer, h in zip(layers, drawn, strict=True)}
+
+
+def affine_singular_values(table: pd.DataFrame, seed: int):
+    """Left: sorted singular values of f for one seeded head per layer (Fig. 2).
+    Right: the largest / smallest singular value ratio of every head."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), width_ratios=[1.2, 1])
+    chosen = heads_per_layer(table, seed)
+    palette = sns.color_palette("viridis", len(chosen))
+    for colour, (layer, head) in zip(palette, chosen.items(), strict=True):
+        rows = table[(table["layer"] == layer) & (table["head"] == head)].sort_values("index")
+        left.plot(rows["index"], rows["singular_value"], color=colour, label=f"L{layer} H{head}")
+    left.set(xlabel="index (descending)", ylabel="singular value", yscale="log")
+    left.set_title(f"one head per layer (seed {seed})")
+    left.legend(fontsize="x-small", ncol=2)
+    ends = table.groupby(["layer", "head"])["singular_value"].agg(["max", "min"])
+    ratio = (ends["max"] / ends["min"]).unstack("head")
+    sns.heatmap(ratio, ax=right, cmap="magma", cbar_kws={"label": "max / min singular value"})
+    right.set_title(f"all heads (smallest ratio {ratio.min().min():.2f})")
+    fig.tight_layout()
+    return fig
+
+
+def alpha_fx_scatter(sample: pd.DataFrame, spearman: pd.DataFrame):
+    """alpha vs ||f(x)|| for the scatter sample, one colour per key category (Fig. 3)."""
+    rho = dict(zip(spearman["category"], spearman["spearman"], strict=True))
+    labels = {c: f"{c} (Spearman {rho.get(c, np.nan):.2f})" for c in CATEGORY_ORDER}
+    data = sample.assign(category=sample["category"].map(labels))
+    fig, ax = plt.subplots(figsize=(6, 4.5))
+    sns.scatterplot(
+        data=data,
+        x="alpha",
+        y="fx_norm",
+        hue="category",
+        hue_order=[labels[c] for c in CATEGORY_ORDER],
+        s=4,
+        alpha=0.4,
+        linewidth=0,
+        rasterized=True,
+        ax=ax,
+    )
+    ax.set(xlabel="attention weight alpha", ylabel="||f(x)||")
+    ax.legend(title="key category", markerscale=3, fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def sep_heatmaps(table: pd.DataFrame):
+    """Layer x head heatmaps of the alpha summed over [SEP] and the mean ||f(x_[SEP])|| (Fig. 4)."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    titles = {
+        "alpha_sep": "alpha summed over [SEP] (mean per query)",
+        "fx_sep": "mean ||f(x_[SEP])||",
+    }
+    for ax, (column, title) in zip(axes, titles.items(), strict=True):
+        grid = table.pivot(index="layer", columns="head", values=column)
+        sns.heatmap(grid, ax=ax, cmap="Blues", cbar_kws={"label": column})
+        ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def token_class_layer(table: pd.DataFrame):
+    """Per layer, stacked alpha and ||alpha f(x)|| summed over each key category (Fig. 5)."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    colours = dict(zip(CATEGORY_ORDER, sns.color_palette("deep", 4), strict=True))
+    titles = {"alpha": "alpha (weights)", "alpha_fx": "||alpha f(x)|| (norms)"}
+    for ax, (column, title) in zip(axes, titles.items(), strict=True):
+        grid = table.pivot(index="layer", columns="category", values=column)
+        grid = grid[[c for c in CATEGORY_ORDER if c in grid]]
+        bottom = np.zeros(len(grid))
+        for category in grid:
+            ax.bar(
+                grid.index, grid[category], bottom=bottom, label=category, color=colours[category]
+            )
+            bottom += grid[category].to_numpy()
+        ax.set(xlabel="layer", ylabel=f"{column} summed over the category's keys")
+        ax.set_xticks(grid.index)
+        ax.set_title(title)
+    axes[1].legend(title="key category", loc="upper left", bbox_to_anchor=(1.02, 1))
+    fig.tight_layout()
+    return fig

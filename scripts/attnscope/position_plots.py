@@ -1,0 +1,244 @@
+"""Figures of the position analyses (Yamamoto & Matsuzaki), drawn from the TSV tables only.
+
+Every function takes the tables it needs as DataFrames (a list of them for several models) plus
+a title, and returns a matplotlib figure. Frequency 0 (the columns' means) is left out of
+the spectrum plots, where it would dwarf the periodic part.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib import pyplot as plt
+
+import attnscope.plotting  # noqa: F401  (the shared look; sets the Agg backend)
+
+
+def pe_spectrum(spectrum: pd.DataFrame, title: str):
+    """Fig. 3: mean amplitude of the position-embedding columns with the inter-quartile band,
+    and the word-embedding control."""
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    for (embedding, rows), colour in zip(
+        spectrum[spectrum.frequency > 0].groupby("embedding", sort=False),
+        sns.color_palette(n_colors=2),
+        strict=False,
+    ):
+        label = "position embeddings" if embedding == "position" else "word embeddings (control)"
+        ax.plot(rows.frequency, rows["mean"], color=colour, lw=1, label=f"{label}, mean")
+        ax.fill_between(rows.frequency, rows.q25, rows.q75, color=colour, alpha=0.25, lw=0)
+    ax.set(xlabel="frequency (cycles per sequence)", ylabel="amplitude", title=title)
+    ax.legend()
+    return fig
+
+
+def pe_pca(pca: pd.DataFrame, title: str):
+    """Fig. 9: cumulative explained variance of the position embeddings' principal components."""
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot(pca.components, 100 * pca.cumulative_variance, marker=".", ms=3, lw=1)
+    for k in (4, 12):
+        if k <= len(pca):
+            value = 100 * pca.cumulative_variance.iloc[k - 1]
+            ax.annotate(
+                f"{k}: {value:.1f}%", (k, value), xytext=(6, -12), textcoords="offset points"
+            )
+            ax.plot([k], [value], "o", color="C3")
+    ax.set(xscale="log", xlabel="principal components", ylabel="cumulative variance (%)")
+    ax.set(ylim=(0, 101), title=title)
+    return fig
+
+
+def _layer_axes(n_layers: int, width: float = 3.2, height: float = 2.4, sharey=True):
+    cols = min(n_layers, 4)
+    rows = -(-n_layers // cols)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(width * cols, height * rows), squeeze=False, sharey=sharey
+    )
+    for ax in axes.flat[n_layers:]:
+        ax.set_visible(False)
+    return fig, axes.flat
+
+
+def wa_singular_values(singular: pd.DataFrame, title: str):
+    """Singular values of W^A per head, one panel per layer; the x axis stops a little after
+    the numerical rank (values above 1e-6 of the largest), beyond which all are ~0."""
+    layers = sorted(singular.layer.unique())
+    fig, axes = _layer_axes(len(layers))
+    rank = singular[singular.value > 1e-6 * singular.value.max()]["index"].max()
+    shown = singular[singular["index"] <= int(np.ceil(1.25 * rank))]
+    palette = sns.color_palette("husl", singular["head"].nunique())
+    for ax, layer in zip(axes, layers, strict=False):
+        rows = shown[shown.layer == layer]
+        for (_, head_rows), colour in zip(rows.groupby("head"), palette, strict=True):
+            ax.plot(head_rows["index"], head_rows.value, color=colour, lw=0.8)
+        ax.axvline(rank, color="grey", lw=0.6, ls="--")
+        ax.set(title=f"layer {layer}", xlabel="index")
+    axes[0].set_ylabel("singular value")
+    fig.suptitle(f"{title}: singular values of W^A (one line per head)")
+    fig.tight_layout()
+    return fig
+
+
+def rotation_angles(angles: pd.DataFrame, title: str):
+    """Histograms of the eigen-angles of R (full and rank block) and, for the rank block,
+    angle against modulus."""
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.5))
+    bins = np.linspace(-np.pi, np.pi, 73)
+    for ax, block in zip(axes[:2], ("full", "rank"), strict=True):
+        rows = angles[angles.block == block]
+        ax.hist(rows.theta, bins=bins, color="C0" if block == "full" else "C1")
+        ax.set(xlabel="theta (rad)", ylabel="eigenvalues", title=f"R, {block} block")
+    rank = angles[angles.block == "rank"]
+    points = axes[2].scatter(rank.theta, rank.modulus, c=rank.layer, s=4, cmap="viridis")
+    axes[2].set(xlabel="theta (rad)", ylabel="modulus", title="R, rank block")
+    fig.colorbar(points, ax=axes[2], label="layer")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def trt_clusters(shares: pd.DataFrame, title: str):
+    """Fig. 1: share of each head's sequences in each k-means cluster, a row of stacked bars
+    per layer."""
+    layers = sorted(shares.layer.unique())
+    clusters = sorted(shares.cluster.unique())
+    palette = dict(zip(clusters, sns.color_palette("tab10", len(clusters)), strict=True))
+    fig, axes = plt.subplots(
+        len(layers), 1, figsize=(7, 0.9 * len(layers) + 0.8), sharex=True, squeeze=False
+    )
+    for ax, layer in zip(axes[:, 0], layers, strict=True):
+        wide = shares[shares.layer == layer].pivot(index="head", columns="cluster", values="share")
+        bottom = np.zeros(len(wide))
+        for cluster in clusters:
+            ax.bar(wide.index, wide[cluster], bottom=bottom, color=palette[cluster], width=0.85)
+            bottom += wide[cluster].to_numpy()
+        ax.set(ylim=(0, 1), yticks=[], xticks=wide.index)
+        ax.set_ylabel(f"layer {layer}", rotation=0, ha="right", va="center")
+    axes[-1, 0].set_xlabel("head")
+    handles = [plt.Rectangle((0, 0), 1, 1, color=palette[c]) for c in clusters]
+    fig.legend(handles, [f"cluster {c}" for c in clusters], loc="upper right", ncols=3)
+    fig.suptitle(title, x=0.02, ha="left")
+    return fig
+
+
+def trt_centres(centres: pd.DataFrame, title: str):
+    """The k-means cluster centres: tr_t(A) against the relative position t."""
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    clusters = sorted(centres.cluster.unique())
+    for cluster, colour in zip(clusters, sns.color_palette("tab10", len(clusters)), strict=True):
+        rows = centres[centres.cluster == cluster]
+        ax.plot(rows.t, rows.value, marker="o", ms=3, color=colour, label=f"cluster {cluster}")
+    ax.set(xlabel="relative position t (key - query)", ylabel="tr_t(A)", title=title)
+    ax.set_xticks(sorted(centres.t.unique())[:: max(1, centres.t.nunique() // 11)])
+    ax.legend(fontsize="small")
+    return fig
+
+
+def spectra(spectra: pd.DataFrame, title: str):
+    """Fig. 5: per layer, the largest amplitude over columns (and heads) at each frequency of
+    x (the attention block's input), Q and K."""
+    sources = ("X", "Q", "K")
+    layers = sorted(spectra.layer.unique())
+    colours = dict(zip(layers, sns.color_palette("viridis", len(layers)), strict=True))
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.5))
+    for ax, source in zip(axes, sources, strict=True):
+        rows = spectra[(spectra.source == source) & (spectra.frequency > 0)]
+        for layer, layer_rows in rows.groupby("layer"):
+            ax.plot(
+                layer_rows.frequency,
+                layer_rows.amplitude,
+                color=colours[layer],
+                lw=0.8,
+                label=f"layer {layer}",
+            )
+        ax.set(xlabel="frequency (cycles per sequence)", title=source)
+    axes[0].set_ylabel("max amplitude")
+    axes[-1].legend(fontsize="small")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def g_map(g_map: pd.DataFrame, title: str):
+    """Fig. 6: g(f, theta) = amplitude of the eigen-waves Q p_i and K p_i of R_rank at frequency
+    f, with the lines of constant shift Delta = n theta / (2 pi f)."""
+    heads = g_map[["layer", "head"]].drop_duplicates().to_numpy()
+    fig, axes = plt.subplots(len(heads), 2, figsize=(11, 3.6 * max(len(heads), 1)), squeeze=False)
+    for row, (layer, head) in zip(axes, heads, strict=True):
+        for ax, wave in zip(row, ("Q", "K"), strict=True):
+            rows = g_map[(g_map.layer == layer) & (g_map["head"] == head) & (g_map.wave == wave)]
+            rows = rows.sort_values("amplitude")
+            points = ax.scatter(rows.frequency, rows.theta, c=rows.amplitude, s=3, cmap="magma_r")
+            n = rows.positions.iloc[0]
+            f = np.arange(1, rows.frequency.max() + 1, 0.25)
+            for delta in (-3, -2, -1, 1, 2, 3):
+                theta = np.angle(np.exp(2j * np.pi * f * delta / n))  # wrapped to (-pi, pi]
+                theta[1:][np.abs(np.diff(theta)) > np.pi] = np.nan  # no line across a wrap
+                ax.plot(f, theta, lw=0.6, ls="--", color="grey")
+                label_f = min(f[-1], 0.45 * n / abs(delta))
+                ax.annotate(
+                    f"Δ={delta}",
+                    (label_f, 2 * np.pi * label_f * delta / n),
+                    fontsize="x-small",
+                    color="grey",
+                )
+            ax.set(ylim=(-np.pi, np.pi), xlabel="frequency f", ylabel="theta (rad)")
+            ax.set_title(f"layer {layer} head {head}: g(f, theta) of {wave} p_i")
+            fig.colorbar(points, ax=ax, label="amplitude")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def xcorr(xcorr: pd.DataFrame, xcov_sum: pd.DataFrame, title: str, columns: int = 20):
+    """Fig. 7: xcorr_j(t) of the first `columns` singular directions (top) and
+    sum_j s_j xcov_j(t) against tr_t(Q S K^T) (bottom), per selected head."""
+    heads = xcorr[["layer", "head"]].drop_duplicates().to_numpy()
+    fig, axes = plt.subplots(
+        2, len(heads), figsize=(5 * max(len(heads), 1), 6), squeeze=False, sharex=True
+    )
+    for col, (layer, head) in zip(axes.T, heads, strict=True):
+        rows = xcorr[(xcorr.layer == layer) & (xcorr["head"] == head) & (xcorr.column <= columns)]
+        palette = sns.color_palette("viridis", rows.column.nunique())
+        for (_, column_rows), colour in zip(rows.groupby("column"), palette, strict=True):
+            col[0].plot(column_rows.t, column_rows.xcorr, color=colour, lw=0.7)
+        col[0].set(title=f"layer {layer} head {head}", ylabel=f"xcorr_j(t), j = 1..{columns}")
+        total = xcov_sum[(xcov_sum.layer == layer) & (xcov_sum["head"] == head)]
+        col[1].plot(total.t, total.sum_s_xcov, lw=1.5, label="sum_j s_j xcov_j(t)")
+        col[1].plot(total.t, total.trt_qsk, lw=1, ls="--", color="k", label="tr_t(Q S K^T)")
+        col[1].set(xlabel="t", ylabel="mean over sequences")
+        col[1].legend(fontsize="small")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def pe_spectra_models(spectrum: list[pd.DataFrame], models: list[str], title: str):
+    """Fig. 8: mean amplitude spectrum (with IQR band) of the position embeddings of every
+    model, against cycles per token so that models with different lengths line up."""
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    palette = sns.color_palette(n_colors=len(models))
+    for table, model, colour in zip(spectrum, models, palette, strict=True):
+        rows = table[(table.embedding == "position") & (table.frequency > 0)]
+        ax.plot(rows.cycles_per_token, rows["mean"], color=colour, lw=1, label=model)
+        ax.fill_between(rows.cycles_per_token, rows.q25, rows.q75, color=colour, alpha=0.2, lw=0)
+    ax.set(xlabel="frequency (cycles per token)", ylabel="amplitude", title=title)
+    ax.legend()
+    return fig
+
+
+FIGURES = {
+    f.__name__: f
+    for f in (
+        pe_spectrum,
+        pe_pca,
+        wa_singular_values,
+        rotation_angles,
+        trt_clusters,
+        trt_centres,
+        spectra,
+        g_map,
+        xcorr,
+        pe_spectra_models,
+    )
+}

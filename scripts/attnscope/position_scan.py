@@ -1,0 +1,309 @@
+"""One streaming pass over a store for the corpus-level position analyses (Yamamoto & Matsuzaki).
+
+Per layer and batch (never all maps at once) it computes, for every head:
+- tr_t(A), t = -t_max..t_max, per sequence, from the recomputed attention A (padding query rows
+  and keys excluded; causal models see only t <= 0);
+- the identities X W^A X^T = Q S K^T (every pair of real tokens) and
+  sum_j s_j xcov_j(t) = tr_t(Q S K^T) (every sequence and t), as max absolute residuals;
+- xcov_j(t), xcorr_j(t) for t = -xcorr_t_max..xcorr_t_max, per sequence over its real tokens;
+- amplitude spectra along positions of x (what the attention block reads: X, or LN(X) for
+  GPT-2), Q and K, and of the eigen-waves Q p_i, K p_i of R_rank (`bilinear`, `waves`).
+
+Spectra need one length: they use the first `window` = (shortest real length in the store)
+positions of every sequence (wiki512: all 512). Every per-sequence quantity is averaged over
+sequences (amplitudes are averaged, not the complex DFTs). Layers and heads are 1-based in the
+tables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from attnscope.adapters import ModelWeights
+from attnscope.attention import attention_probs
+from attnscope.bilinear import bilinear_form, eigen_rotation, score_input, score_weights
+from attnscope.position import amplitude_spectrum
+from attnscope.relative import diagonal_sums
+from attnscope.store import HiddenStates
+from attnscope.waves import (
+    cross_correlation,
+    cross_covariance,
+    eigen_wave_spectra,
+    shift,
+    signed_frequencies,
+)
+
+IDENTITY_TOLERANCE = 1e-8  # relative to the largest |value|, float64
+
+
+@dataclass
+class ScanResult:
+    """Arrays of one pass; L layers, H heads, r = d', N sequences, F = window // 2 + 1.
+
+    trt [N, L, H, T] tr_t(A); x_spectrum [L, F], q_spectrum, k_spectrum [L, F] (max over
+    columns and heads of the mean amplitude); eigenvalues [L, H, r] of R_rank; g_q, g_k
+    [L, H, r, window] mean |DFT| of Q p_i, K p_i (signed frequency order); singular [L, H, r];
+    xcov, xcorr [L, H, X, r] means; trt_qsk [L, H, X] mean tr_t(Q S K^T); residuals and
+    scales [L, H] for the two identities ("svd", "xcov").
+    """
+
+    offsets: list[int]
+    xcorr_offsets: list[int]
+    window: int
+    trt: np.ndarray
+    x_spectrum: np.ndarray
+    q_spectrum: np.ndarray
+    k_spectrum: np.ndarray
+    eigenvalues: np.ndarray
+    g_q: np.ndarray
+    g_k: np.ndarray
+    singular: np.ndarray
+    xcov: np.ndarray
+    xcorr: np.ndarray
+    trt_qsk: np.ndarray
+    residual: dict[str, np.ndarray]
+    scale: dict[str, np.ndarray]
+
+    def worst_identity(self) -> tuple[str, float]:
+        """(identity, largest residual / max(1, scale)) over layers and heads."""
+        ratios = {
+            name: float((self.residual[name] / np.maximum(self.scale[name], 1.0)).max())
+            for name in self.residual
+        }
+        name = max(ratios, key=ratios.get)
+        return name, ratios[name]
+
+
+def scan(
+    store: HiddenStates,
+    weights: ModelWeights,
+    t_max: int = 10,
+    xcorr_t_max: int = 30,
+    include_bias: bool = False,
+    batch_size: int = 16,
+    device: str = "cpu",
+    log=None,
+) -> ScanResult:
+    """The whole pass; see the module docstring."""
+    offsets = list(range(-t_max, t_max + 1))
+    xoffsets = list(range(-xcorr_t_max, xcorr_t_max + 1))
+    window = int(store.lengths.min())
+    if window < 2:
+        raise ValueError(f"{store.path}: the shortest sequence has {window} real tokens")
+    N, L, H, r = store.n_sequences, weights.n_layers, weights.n_heads, weights.d_head
+    F = window // 2 + 1
+    trt = np.zeros((N, L, H, len(offsets)))
+    spectra = {name: np.zeros((L, F)) for name in ("x", "q", "k")}
+    g = {name: np.zeros((L, H, r, window)) for name in ("q", "k")}
+    xcov = np.zeros((L, H, len(xoffsets), r))
+    xcorr = np.zeros_like(xcov)
+    trt_qsk = np.zeros((L, H, len(xoffsets)))
+    residual = {name: np.zeros((L, H)) for name in ("svd", "xcov")}
+    scale = {name: np.zeros((L, H)) for name in ("svd", "xcov")}
+    eigenvalues = np.zeros((L, H, r), dtype=complex)
+    singular = np.zeros((L, H, r))
+    for l, layer in enumerate(weights.layers):
+        form = bilinear_form(layer, include_bias)
+        values, vectors = eigen_rotation(form.rotation("rank"))
+        eigenvalues[l], singular[l] = values, form.S[:, :r].cpu().numpy()
+        P = torch.from_numpy(vectors).to(device)
+        W_Q, W_K = score_weights(layer, include_bias)
+        s = form.S[:, :r].to(device)[None, :, None, :]  # [1, H, 1, r]
+        sums = dict.fromkeys(("x", "q", "k", "gq", "gk", "xcov", "xcorr", "trt_qsk"), 0.0)
+        for batch in store.batches(l, batch_size, device):
+            mask = batch.mask.double()
+            A = attention_probs(batch.X, batch.mask, layer)  # padding keys get weight 0
+            A.mul_(batch.mask[:, None, :, None].to(A.dtype))  # drop padding query rows
+            trt[batch.start : batch.stop, l] = diagonal_sums(A, offsets).double().cpu().numpy()
+            del A
+            x = score_input(batch.X, layer, include_bias) * mask[..., None]
+            Q, K = form.queries(x), form.keys(x)
+            qsk = (Q * s) @ K.transpose(-1, -2)
+            direct = torch.einsum("bnd,hde->bhne", x, W_Q.to(device)) @ torch.einsum(
+                "bnd,hde->bhne", x, W_K.to(device)
+            ).transpose(-1, -2)
+            _track(residual["svd"][l], scale["svd"][l], direct, qsk, dims=(0, 2, 3))
+            del direct
+            batch_trt_qsk = diagonal_sums(qsk, xoffsets)  # [B, H, X]
+            del qsk
+            batch_xcov = cross_covariance(Q, K, xoffsets)  # [B, H, X, r]
+            weighted = (batch_xcov * s).sum(-1)
+            _track(residual["xcov"][l], scale["xcov"][l], weighted, batch_trt_qsk, dims=(0, 2))
+            sums["trt_qsk"] += batch_trt_qsk.sum(0)
+            sums["xcov"] += batch_xcov.sum(0)
+            sums["xcorr"] += cross_correlation(batch_xcov, Q, K).sum(0)
+            Qw, Kw = Q[:, :, :window], K[:, :, :window]
+            sums["x"] += amplitude_spectrum(x[:, :window], dim=1).sum(0)  # [F, D]
+            sums["q"] += amplitude_spectrum(Qw, dim=2).sum(0)  # [H, F, r]
+            sums["k"] += amplitude_spectrum(Kw, dim=2).sum(0)
+            sums["gq"] += eigen_wave_spectra(Qw, P).sum(0)  # [H, window, r]
+            sums["gk"] += eigen_wave_spectra(Kw, P).sum(0)
+        mean = {name: (value / N).cpu().numpy() for name, value in sums.items()}
+        spectra["x"][l] = mean["x"].max(axis=1)
+        spectra["q"][l] = mean["q"].max(axis=(0, 2))
+        spectra["k"][l] = mean["k"].max(axis=(0, 2))
+        g["q"][l], g["k"][l] = mean["gq"].transpose(0, 2, 1), mean["gk"].transpose(0, 2, 1)
+        xcov[l], xcorr[l], trt_qsk[l] = mean["xcov"], mean["xcorr"], mean["trt_qsk"]
+        if log is not None:
+            log.info(
+                "layer %d: max residual X W^A X^T vs Q S K^T %.3g, sum s xcov vs tr_t %.3g",
+                l + 1,
+                residual["svd"][l].max(),
+                residual["xcov"][l].max(),
+            )
+    return ScanResult(
+        offsets=offsets,
+        xcorr_offsets=xoffsets,
+        window=window,
+        trt=trt,
+        x_spectrum=spectra["x"],
+        q_spectrum=spectra["q"],
+        k_spectrum=spectra["k"],
+        eigenvalues=eigenvalues,
+        g_q=g["q"],
+        g_k=g["k"],
+        singular=singular,
+        xcov=xcov,
+        xcorr=xcorr,
+        trt_qsk=trt_qsk,
+        residual=residual,
+        scale=scale,
+    )
+
+
+def _track(residual: np.ndarray, scale: np.ndarray, a: torch.Tensor, b: torch.Tensor, dims):
+    """Per head, keep the running max of |a| and of |a - b| (head on dim 1); overwrites a."""
+    np.maximum(scale, a.abs().amax(dim=dims).cpu().numpy(), out=scale)
+    np.maximum(residual, a.sub_(b).abs_().amax(dim=dims).cpu().numpy(), out=residual)
+
+
+def _grid(**axes) -> pd.DataFrame:
+    """All combinations of the given 1-D arrays, first varying slowest (C order)."""
+    mesh = np.meshgrid(*axes.values(), indexing="ij")
+    return pd.DataFrame({name: m.reshape(-1) for name, m in zip(axes, mesh, strict=True)})
+
+
+def trt_table(result: ScanResult) -> pd.DataFrame:
+    """`sequence layer head t value`: tr_t(A) per sequence (0-based store row), 1-based heads."""
+    N, L, H, T = result.trt.shape
+    table = _grid(
+        sequence=np.arange(N),
+        layer=np.arange(1, L + 1),
+        head=np.arange(1, H + 1),
+        t=np.array(result.offsets),
+    )
+    table["value"] = result.trt.reshape(-1)
+    return table
+
+
+def mean_trt(result: ScanResult) -> np.ndarray:
+    """tr_t(A) averaged over sequences.  [L, H, T]"""
+    return result.trt.mean(axis=0)
+
+
+def spectra_table(result: ScanResult) -> pd.DataFrame:
+    """`layer source frequency cycles_per_token amplitude`, source X, Q or K."""
+    frames = []
+    for source, values in (
+        ("X", result.x_spectrum),
+        ("Q", result.q_spectrum),
+        ("K", result.k_spectrum),
+    ):
+        L, F = values.shape
+        table = _grid(layer=np.arange(1, L + 1), frequency=np.arange(F))
+        table.insert(1, "source", source)
+        table["cycles_per_token"] = table["frequency"] / result.window
+        table["amplitude"] = values.reshape(-1)
+        frames.append(table)
+    return pd.concat(frames, ignore_index=True)
+
+
+def shifts_table(result: ScanResult) -> pd.DataFrame:
+    """Per head and eigenvalue of R_rank: the frequency f != 0 where g(f, theta) of Q p_i is
+    largest, its amplitude, and Delta = window * theta / (2 pi f).
+    `layer head index theta modulus frequency amplitude delta`."""
+    L, H, r, n = result.g_q.shape
+    freqs = signed_frequencies(n)
+    g = result.g_q[..., 1:]  # drop f = 0 (FFT order puts it first)
+    best = g.argmax(axis=-1)
+    frequency = freqs[1:][best]
+    theta = np.angle(result.eigenvalues)
+    table = _grid(layer=np.arange(1, L + 1), head=np.arange(1, H + 1), index=np.arange(1, r + 1))
+    table["theta"] = theta.reshape(-1)
+    table["modulus"] = np.abs(result.eigenvalues).reshape(-1)
+    table["frequency"] = frequency.reshape(-1)
+    table["amplitude"] = np.take_along_axis(g, best[..., None], axis=-1).reshape(-1)
+    table["delta"] = shift(theta, frequency, n).reshape(-1)
+    return table
+
+
+def g_map_table(result: ScanResult, heads: list[tuple[int, int]]) -> pd.DataFrame:
+    """g(f, theta) for the selected heads at positive frequencies f = 1..window // 2 (the
+    conjugate eigenvalue carries the mirror image): `layer head wave index theta modulus
+    frequency amplitude delta positions`, wave Q (Q p_i) or K (K p_i), positions = window."""
+    n = result.window
+    freqs = signed_frequencies(n)
+    positive = np.flatnonzero(freqs > 0)
+    frames = []
+    for layer, head in heads:
+        values = result.eigenvalues[layer - 1, head - 1]
+        for wave, g in (("Q", result.g_q), ("K", result.g_k)):
+            amp = g[layer - 1, head - 1][:, positive]  # [r, P]
+            table = _grid(index=np.arange(1, len(values) + 1), frequency=freqs[positive])
+            theta = np.repeat(np.angle(values), len(positive))
+            table.insert(0, "layer", layer)
+            table.insert(1, "head", head)
+            table.insert(2, "wave", wave)
+            table.insert(4, "theta", theta)
+            table.insert(5, "modulus", np.repeat(np.abs(values), len(positive)))
+            table["amplitude"] = amp.reshape(-1)
+            table["delta"] = shift(theta, table["frequency"].to_numpy(), n)
+            table["positions"] = n
+            frames.append(table)
+    return pd.concat(frames, ignore_index=True)
+
+
+def xcorr_table(result: ScanResult, heads: list[tuple[int, int]]) -> pd.DataFrame:
+    """`layer head column singular_value t xcov xcorr` (means over sequences) for the selected
+    heads; column j = 1..r in descending singular-value order."""
+    frames = []
+    for layer, head in heads:
+        s = result.singular[layer - 1, head - 1]
+        table = _grid(column=np.arange(1, len(s) + 1), t=np.array(result.xcorr_offsets))
+        table.insert(0, "layer", layer)
+        table.insert(1, "head", head)
+        table.insert(3, "singular_value", np.repeat(s, len(result.xcorr_offsets)))
+        table["xcov"] = result.xcov[layer - 1, head - 1].T.reshape(-1)
+        table["xcorr"] = result.xcorr[layer - 1, head - 1].T.reshape(-1)
+        frames.append(table)
+    return pd.concat(frames, ignore_index=True)
+
+
+def xcov_sum_table(result: ScanResult) -> pd.DataFrame:
+    """`layer head t sum_s_xcov trt_qsk abs_residual`: sum_j s_j xcov_j(t) against
+    tr_t(Q S K^T), both averaged over sequences, every head."""
+    L, H, X = result.trt_qsk.shape
+    table = _grid(layer=np.arange(1, L + 1), head=np.arange(1, H + 1), t=result.xcorr_offsets)
+    weighted = (result.xcov * result.singular[:, :, None, :]).sum(-1)
+    table["sum_s_xcov"] = weighted.reshape(-1)
+    table["trt_qsk"] = result.trt_qsk.reshape(-1)
+    table["abs_residual"] = np.abs(table["sum_s_xcov"] - table["trt_qsk"])
+    return table
+
+
+def identity_table(result: ScanResult) -> pd.DataFrame:
+    """`layer head identity max_abs_residual max_abs_value`, over every sequence (and pair of
+    real tokens, or offset t), for XWAXT=QSKT and sum_s_xcov=trt_QSKT."""
+    frames = []
+    for key, name in (("svd", "XWAXT=QSKT"), ("xcov", "sum_s_xcov=trt_QSKT")):
+        L, H = result.residual[key].shape
+        table = _grid(layer=np.arange(1, L + 1), head=np.arange(1, H + 1))
+        table["identity"] = name
+        table["max_abs_residual"] = result.residual[key].reshape(-1)
+        table["max_abs_value"] = result.scale[key].reshape(-1)
+        frames.append(table)
+    return pd.concat(frames, ignore_index=True)

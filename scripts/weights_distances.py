@@ -1,0 +1,30 @@
+"""JS distances between all heads, their MDS map, clustering and behaviour (Clark 2019)."""
+
+import pandas as pd
+
+from attnscope import head_distances as hd
+from attnscope import runlog
+from attnscope.adapters import canonical_weights, load_model, pick_device
+from attnscope.models import read_manifest
+from attnscope.store import HiddenStates
+from attnscope.weights import behaviour
+
+log = runlog.start(snakemake)  # noqa: F821
+params = snakemake.params  # noqa: F821
+output = snakemake.output  # noqa: F821
+manifest = read_manifest(snakemake.input.manifest)  # noqa: F821
+device = pick_device(params.device)
+log.info("model %s on %s", manifest["name"], device)
+weights = canonical_weights(load_model(manifest["path"], device))
+L, H = weights.n_layers, weights.n_heads
+with HiddenStates(snakemake.input.hidden_states) as store:  # noqa: F821
+    limit = params.n_sequences or None
+    D = hd.head_distances(store, weights, params.batch_size, device, limit, log)
+embedding = hd.mds_embedding(D, params.seed, params.mds_n_init, params.mds_max_iter)
+clusters, Z = hd.cluster_heads(D, params.cluster_method, params.n_clusters)
+heads = pd.read_csv(snakemake.input.heads, sep="\t")  # noqa: F821
+labels = behaviour(heads, params.broad_entropy, params.special_mass, params.position_mass)
+hd.distance_table(D, L, H).to_csv(output.distances, sep="\t", index=False)
+hd.head_map_table(embedding, clusters, labels, L, H).to_csv(output.head_map, sep="\t", index=False)
+hd.linkage_table(Z).to_csv(output.linkage, sep="\t", index=False)
+log.info("wrote %s, %s and %s", output.distances, output.head_map, output.linkage)

@@ -1,0 +1,35 @@
+"""Gradient importance of attention per layer and category, or a "not applicable" table."""
+
+from attnscope import runlog
+from attnscope.adapters import GPT2_FAMILY, load_model, pick_device
+from attnscope.gradients import gradient_importance, not_applicable
+from attnscope.models import read_manifest
+from attnscope.store import HiddenStates
+
+log = runlog.start(snakemake)  # noqa: F821
+params = snakemake.params  # noqa: F821
+manifest = read_manifest(snakemake.input.manifest)  # noqa: F821
+device = pick_device(params.device)
+with HiddenStates(snakemake.input.hidden_states) as store:  # noqa: F821
+    if manifest["model_type"] in GPT2_FAMILY or not manifest["has_mlm_head"]:
+        log.info("model %s has no masked-LM head: not applicable", manifest["name"])
+        table = not_applicable(store.n_layers)
+    else:
+        from transformers import AutoTokenizer
+
+        log.info("model %s with its masked-LM head on %s", manifest["name"], device)
+        model = load_model(manifest["path"], device, with_lm_head=True)
+        mask_token_id = AutoTokenizer.from_pretrained(manifest["path"]).mask_token_id
+        table = gradient_importance(
+            model,
+            store,
+            mask_token_id,
+            params.mask_rate,
+            params.seed,
+            params.batch_size,
+            device,
+            params.n_sequences or None,
+            log,
+        )
+table.to_csv(snakemake.output[0], sep="\t", index=False)  # noqa: F821
+log.info("wrote %s", snakemake.output[0])  # noqa: F821

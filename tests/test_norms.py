@@ -1,0 +1,368 @@
+"""Norm-based analysis (Kobayashi et al. 2020): decomposition, singular values, statistics."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from scipy.stats import rankdata, spearmanr
+
+from attnscope.adapters import base_model, canonical_weights
+from attnscope.affine import singular_value_table
+from attnscope.attention import attention_output, attention_probs, value_vectors
+from attnscope.norms import (
+    BottomKSample,
+    DecompositionError,
+    Moments,
+    NormsAccumulator,
+    analyse_corpus,
+    head_summed_norms,
+    module_attention_output,
+    spearman,
+)
+from attnscope.store import HiddenStates, atomic_h5
+from attnscope.tokens import CATEGORY_NAMES, CLS, OTHER, PUNCT, SEP
+from conftest import tiny_batch, tiny_model, write_tiny_store
+
+
+def run_model(model, ids, mask, token_types=None):
+    """Hidden states (inputs of every layer) and attention maps from `transformers` itself."""
+    inputs = {"input_ids": ids, "attention_mask": mask}
+    if token_types is not None and model.config.model_type != "gpt2":
+        inputs["token_type_ids"] = token_types
+    with torch.no_grad():
+        out = model(**inputs, output_hidden_states=True, output_attentions=True)
+    return out.hidden_states, out.attentions
+
+
+def module_values(model, layer: int, X: torch.Tensor) -> torch.Tensor:
+    """f^h(x_j) [B, H, n, d] straight from the module weights (nn.Linear or Conv1D)."""
+    core, H = base_model(model), model.config.num_attention_heads
+    if model.config.model_type == "gpt2":
+        block = core.h[layer]
+        d = X.shape[-1]
+        x = block.ln_1(X)
+        v = x @ block.attn.c_attn.weight[:, 2 * d :] + block.attn.c_attn.bias[2 * d :]
+        W_O = block.attn.c_proj.weight  # [H*d', d]
+    else:
+        attention = core.encoder.layer[layer].attention
+        v = attention.self.value(X)
+        W_O = attention.output.dense.weight.T
+    B, n, _ = v.shape
+    v = v.reshape(B, n, H, -1).permute(0, 2, 1, 3)  # [B, H, n, d']
+    return torch.einsum("bhne,hed->bhnd", v, W_O.reshape(H, -1, W_O.shape[-1]))
+
+
+def test_decomposition_rebuilds_module_output(family):
+    """sum_h sum_j alpha f(x_j) + b_O equals the module's output, and that output (the
+    independent route of the run-time check) rebuilds the model's own next hidden state."""
+    model = tiny_model(family)
+    weights = canonical_weights(model)
+    ids, mask = tiny_batch(family)
+    hidden, _ = run_model(model, ids, mask)
+    real = mask.bool()
+    for l, layer in enumerate(weights.layers):
+        X = hidden[l]
+        y = attention_output(attention_probs(X, mask, layer), value_vectors(X, layer), layer)
+        y_real = module_attention_output(model, l, X, mask)
+        torch.testing.assert_close(y[real], y_real[real], rtol=1e-5, atol=1e-6)
+        core = base_model(model)
+        with torch.no_grad():
+            if family == "gpt2":
+                block = core.h[l]
+                h = X + y_real
+                after = h + block.mlp(block.ln_2(h))
+            else:
+                module = core.encoder.layer[l]
+                h = module.attention.output.LayerNorm(y_real + X)
+                after = module.output(module.intermediate(h), h)
+        if l + 1 < weights.n_layers or family != "gpt2":  # GPT-2's last state is after ln_f
+            torch.testing.assert_close(after[real], hidden[l + 1][real], rtol=1e-5, atol=1e-5)
+
+
+def test_analysis_fails_when_decomposition_breaks(tmp_path):
+    store_path, model = write_tiny_store(tmp_path, "bert")
+    weights = canonical_weights(model)
+    broken = dataclasses.replace(weights.layers[1], b_O=weights.layers[1].b_O + 1.0)
+    weights = dataclasses.replace(weights, layers=[weights.layers[0], broken])
+    with HiddenStates(store_path) as store, pytest.raises(DecompositionError, match="layer 2"):
+        with atomic_h5(tmp_path / "maps.h5") as maps:
+            analyse_corpus(
+                store,
+                weights,
+                model,
+                maps,
+                batch_size=3,
+                device="cpu",
+                sample_size=10,
+                seed=0,
+                max_rel_residual=1e-4,
+            )
+    assert not (tmp_path / "maps.h5").exists()
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_singular_values_match_dense_svd(family):
+    """The QR route gives the top d'+1 singular values of the dense augmented product."""
+    model = tiny_model(family)
+    table = singular_value_table(canonical_weights(model))
+    H, d = model.config.num_attention_heads, model.config.hidden_size
+    dh = d // H
+    core = base_model(model)
+    for l in range(model.config.num_hidden_layers):
+        if family == "gpt2":
+            attn = core.h[l].attn
+            W_V, b_V = attn.c_attn.weight[:, 2 * d :], attn.c_attn.bias[2 * d :]
+            W_O = attn.c_proj.weight
+        else:
+            attention = core.encoder.layer[l].attention
+            W_V, b_V = attention.self.value.weight.T, attention.self.value.bias
+            W_O = attention.output.dense.weight.T
+        W_V, b_V, W_O = (t.detach().double().numpy() for t in (W_V, b_V, W_O))
+        for h in range(H):
+            cols = slice(h * dh, (h + 1) * dh)
+            wv = np.block([[W_V[:, cols], np.zeros((d, 1))], [b_V[None, cols], np.ones((1, 1))]])
+            wo = np.block([[W_O[cols], np.zeros((dh, 1))], [np.zeros((1, d)), np.ones((1, 1))]])
+            dense = np.linalg.svd(wv @ wo, compute_uv=False)
+            rows = table[(table["layer"] == l + 1) & (table["head"] == h + 1)]
+            assert rows["index"].tolist() == list(range(1, dh + 2))
+            np.testing.assert_allclose(rows["singular_value"], dense[: dh + 1], rtol=1e-10)
+            assert np.all(dense[dh + 1 :] < 1e-12 * dense[0])
+
+
+def test_head_summed_norms_equal_direct():
+    g = torch.Generator().manual_seed(0)
+    alpha = torch.softmax(torch.randn(2, 3, 5, 5, generator=g), -1)
+    fx = torch.randn(2, 3, 5, 7, generator=g)
+    direct = (alpha[..., None] * fx[:, :, None]).sum(1).norm(dim=-1)  # [B, H, n, n, d] route
+    torch.testing.assert_close(head_summed_norms(alpha, fx), direct, rtol=1e-5, atol=1e-6)
+
+
+def test_moments_equal_numpy():
+    g = torch.Generator().manual_seed(0)
+    values = torch.randn(3, 1000, generator=g, dtype=torch.float64) * 2 + 5
+    moments = Moments((2, 3))
+    for chunk in values.split(137, dim=1):
+        moments.add(1, chunk)
+    table = moments.frame(("layer", "head"))
+    row = table[table["layer"] == 2]
+    v = values.numpy()
+    np.testing.assert_allclose(row["mean"], v.mean(1))
+    np.testing.assert_allclose(row["sd"], v.std(1))
+    np.testing.assert_allclose(row["cv"], v.std(1) / v.mean(1))
+    np.testing.assert_array_equal(row["max"], v.max(1))
+    np.testing.assert_array_equal(row["min"], v.min(1))
+    assert table[table["layer"] == 1]["mean"].isna().all()  # empty slots stay undefined
+    pooled = moments.pooled().frame()
+    np.testing.assert_allclose(pooled[["mean", "sd"]].iloc[0], [v.mean(), v.std()])
+
+
+def test_bottom_k_sample_keeps_smallest_keys():
+    g = torch.Generator().manual_seed(0)
+    keys = torch.rand(500, generator=g, dtype=torch.float64)
+    rows = torch.arange(500, dtype=torch.float64)[:, None]
+    sample = BottomKSample(size=50, n_fields=1)
+    for k, r in zip(keys.split(64), rows.split(64), strict=True):
+        sample.offer(k[k < sample.threshold()], r[k < sample.threshold()], seen=len(k))
+    sample.compact()
+    assert sample.seen == 500
+    assert set(sample.rows[:, 0].tolist()) == set(torch.argsort(keys)[:50].tolist())
+    p = float(torch.sort(keys).values[20])  # 20 keys lie below p
+    assert sorted(sample.below(p, 50)[:, 0].tolist()) == sorted(torch.argsort(keys)[:20].tolist())
+    assert len(sample.below(p, 5)) == 5
+
+
+def one_layer_batch(alpha, fx_norm_per_key, category):
+    """fx [1, H, n, d] whose rows have the given norms (scaled basis vectors)."""
+    H, n = alpha.shape[1], alpha.shape[2]
+    fx = torch.zeros(1, H, n, n)
+    fx[0, :, torch.arange(n), torch.arange(n)] = fx_norm_per_key
+    return dict(
+        x=torch.ones(1, n, 4),
+        alpha=alpha,
+        fx=fx,
+        mask=torch.ones(1, n),
+        category=np.array([category]),
+        causal=False,
+    )
+
+
+def test_constant_fx_norm_gives_cv_zero_and_same_orderings():
+    """||f(x)|| = 2 everywhere: cv 0, and alpha and alpha ||f(x)|| rank pairs alike."""
+    n, H = 6, 2
+    alpha = torch.softmax(torch.randn(1, H, n, n, generator=torch.Generator().manual_seed(3)), -1)
+    acc = NormsAccumulator(n_layers=1, n_heads=H, sample_size=1000, seed=0)
+    category = [CLS, OTHER, OTHER, PUNCT, OTHER, SEP]
+    acc.add_batch(0, **one_layer_batch(alpha, torch.full((n,), 2.0), category))
+    tables = acc.tables(sample_rate=1.0, scatter_points=1000)
+    assert (tables["fx_dispersion"]["cv"] == 0).all()
+    assert (tables["fx_summary"]["cv"] == 0).all()
+    sample = tables["alpha_fx_sample"]
+    assert len(sample) == H * n * n
+    assert (sample["fx_norm"] == 2).all()
+    np.testing.assert_array_equal(
+        rankdata(sample["alpha"]), rankdata(sample["alpha"] * sample["fx_norm"])
+    )
+    classes = tables["token_class_layer"]
+    np.testing.assert_allclose(classes["alpha_fx"], 2 * classes["alpha"], rtol=1e-6)
+    np.testing.assert_allclose(classes["alpha"].sum(), 1, rtol=1e-6)
+
+
+def test_spearman_of_inverse_relation_is_minus_one():
+    """Every query gives key j the weight w_j, and ||f(x_j)|| = 1 / w_j: rho = -1."""
+    n, H = 8, 3
+    w = torch.softmax(torch.arange(n, dtype=torch.float32), 0)
+    alpha = w.expand(1, H, n, n).clone()
+    acc = NormsAccumulator(n_layers=1, n_heads=H, sample_size=10_000, seed=0)
+    acc.add_batch(0, **one_layer_batch(alpha, 1 / w, [OTHER] * n))
+    rho = acc.tables(sample_rate=1.0, scatter_points=10)["alpha_fx_spearman"]
+    assert rho.set_index("category").loc["other", "spearman"] == pytest.approx(-1)
+    assert rho.set_index("category").loc["other", "n_vectors"] == H * n * n
+    rows = torch.stack([torch.ones(n), torch.ones(n), w, 1 / w], -1)
+    assert spearman(rows) == pytest.approx(-1)
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_tables_match_transformers(tmp_path, family):
+    """Every table and the maps, recomputed in numpy from `transformers` output_attentions,
+    hidden states and value weights over the whole tiny corpus (Spearman exact here)."""
+    store_path, model = write_tiny_store(tmp_path, family, batch=5, length=14)
+    with HiddenStates(store_path) as store, atomic_h5(tmp_path / "maps.h5") as maps:
+        ids = torch.from_numpy(store.input_ids).long()
+        mask = torch.from_numpy(store.attention_mask).long()
+        types = torch.from_numpy(store.token_type_ids).long()
+        categories, lengths = store.category, store.lengths
+        acc, residual = analyse_corpus(
+            store,
+            canonical_weights(model),
+            model,
+            maps,
+            batch_size=2,
+            device="cpu",
+            sample_size=10**6,
+            seed=0,
+            max_rel_residual=1e-4,
+        )
+    tables = acc.tables(sample_rate=0.5, scatter_points=100)
+    assert (residual["max_rel_residual"] < 1e-5).all()
+
+    hidden, attentions = run_model(model, ids, mask, types)
+    L, H = len(attentions), model.config.num_attention_heads
+    causal = family == "gpt2"
+    x_norms, fx_norms = [[] for _ in range(L)], [[[] for _ in range(H)] for _ in range(L)]
+    pairs = {c: [] for c in CATEGORY_NAMES}
+    sep_alpha, classes = np.zeros((L, H)), np.zeros((L, 4, 2))
+    with h5py.File(tmp_path / "maps.h5") as f:
+        maps = {l: f[f"maps/{l}"][()] for l in range(1, L + 1)}
+    for l in range(L):
+        X = hidden[l]
+        x = base_model(model).h[l].ln_1(X) if causal else X
+        with torch.no_grad():
+            fx = module_values(model, l, X).numpy()
+        alpha_all, x = attentions[l].numpy(), x.detach().numpy()
+        for s, n in enumerate(lengths):
+            a, f, cat = alpha_all[s, :, :n, :n], fx[s, :, :n], categories[s, :n]
+            f_norm = np.linalg.norm(f, axis=-1)  # [H, n]
+            x_norms[l] += list(np.linalg.norm(x[s, :n], axis=-1))
+            for h in range(H):
+                fx_norms[l][h] += list(f_norm[h])
+            visible = np.tril(np.ones((n, n), bool)) if causal else np.ones((n, n), bool)
+            for c in CATEGORY_NAMES:
+                keep = visible & (cat == c)[None, :]
+                for h in range(H):
+                    f_pairs = np.broadcast_to(f_norm[h], (n, n))[keep]
+                    pairs[c] += list(zip(a[h][keep], f_pairs, strict=True))
+            sep_alpha[l] += a[:, :, cat == SEP].sum(-1).mean(-1)
+            for k, c in enumerate((CLS, SEP, PUNCT, OTHER)):
+                classes[l, k, 0] += a[:, :, cat == c].sum(-1).mean()
+                classes[l, k, 1] += (a * f_norm[:, None, :])[:, :, cat == c].sum(-1).mean()
+            direct = np.linalg.norm((a[..., None] * f[:, None]).sum(0), axis=-1) * visible
+            np.testing.assert_allclose(maps[l + 1][s, :n, :n], direct, rtol=1e-4, atol=1e-7)
+            assert not maps[l + 1][s, n:].any() and not maps[l + 1][s, :, n:].any()
+    N = len(lengths)
+
+    x_table = tables["x_dispersion"]
+    np.testing.assert_allclose(x_table["mean"], [np.mean(v) for v in x_norms], rtol=1e-5)
+    np.testing.assert_allclose(x_table["sd"], [np.std(v) for v in x_norms], rtol=1e-4)
+    np.testing.assert_allclose(x_table["max"], [np.max(v) for v in x_norms], rtol=1e-5)
+    fx_table = tables["fx_dispersion"]
+    flat = [v for layer in fx_norms for v in layer]
+    np.testing.assert_allclose(fx_table["mean"], [np.mean(v) for v in flat], rtol=1e-5)
+    np.testing.assert_allclose(fx_table["sd"], [np.std(v) for v in flat], rtol=1e-4)
+    np.testing.assert_allclose(fx_table["min"], [np.min(v) for v in flat], rtol=1e-5)
+    everything = np.concatenate(flat)
+    all_heads = tables["fx_summary"].set_index("row").loc["all"]
+    np.testing.assert_allclose(
+        all_heads[["mean", "sd"]].astype(float), [everything.mean(), everything.std()], rtol=1e-4
+    )
+    assert tables["fx_summary"].set_index("row").loc["max_cv", "cv"] == fx_table["cv"].max()
+
+    rho = tables["alpha_fx_spearman"].set_index("category")
+    for c, name in CATEGORY_NAMES.items():
+        a, f = np.array(pairs[c]).T
+        assert rho.loc[name, "n_vectors"] == rho.loc[name, "n_sampled"] == len(a)
+        assert rho.loc[name, "spearman"] == pytest.approx(spearmanr(a, f).statistic, abs=1e-6)
+    sample = tables["alpha_fx_sample"]
+    assert set(sample["category"]) <= set(CATEGORY_NAMES.values())
+    assert sample.groupby("category").size().max() <= 100
+
+    sep = tables["sep_heads"]
+    np.testing.assert_allclose(sep["alpha_sep"], (sep_alpha / N).ravel(), rtol=1e-5)
+    sep_norms = [
+        np.concatenate(
+            [
+                module_values(model, l, hidden[l])[s, h, categories[s] == SEP]
+                .norm(dim=-1)
+                .detach()
+                .numpy()
+                for s in range(N)
+            ]
+        )
+        for l in range(L)
+        for h in range(H)
+    ]
+    np.testing.assert_allclose(sep["fx_sep"], [v.mean() for v in sep_norms], rtol=1e-5)
+    expected = pd.DataFrame(classes.reshape(L * 4, 2) / N, columns=["alpha", "alpha_fx"])
+    np.testing.assert_allclose(
+        tables["token_class_layer"][["alpha", "alpha_fx"]], expected, rtol=1e-5
+    )
+
+
+def test_figures_draw_from_tables(tmp_path):
+    """Every figure function runs on the tables of a tiny store (figures read tables only)."""
+    from attnscope import norms_plots
+    from attnscope.plotting import save_figure
+
+    store_path, model = write_tiny_store(tmp_path, "gpt2")
+    weights = canonical_weights(model)
+    with HiddenStates(store_path) as store, atomic_h5(tmp_path / "maps.h5") as maps:
+        acc, _ = analyse_corpus(
+            store,
+            weights,
+            model,
+            maps,
+            batch_size=3,
+            device="cpu",
+            sample_size=100,
+            seed=0,
+            max_rel_residual=1e-4,
+        )
+    tables = acc.tables(sample_rate=0.5, scatter_points=50)
+    figures = {
+        "affine": norms_plots.affine_singular_values(singular_value_table(weights), seed=1),
+        "scatter": norms_plots.alpha_fx_scatter(
+            tables["alpha_fx_sample"], tables["alpha_fx_spearman"]
+        ),
+        "sep": norms_plots.sep_heatmaps(tables["sep_heads"]),
+        "classes": norms_plots.token_class_layer(tables["token_class_layer"]),
+    }
+    for name, fig in figures.items():
+        save_figure(fig, tmp_path / f"{name}.svg", tmp_path / f"{name}.png")
+        assert (tmp_path / f"{name}.png").stat().st_size > 0
+    chosen = norms_plots.heads_per_layer(singular_value_table(weights), seed=1)
+    assert chosen == norms_plots.heads_per_layer(singular_value_table(weights), seed=1)
+    assert sorted(chosen) == [1, 2] and all(1 <= h <= 4 for h in chosen.values())
