@@ -32,8 +32,8 @@ report: venv
 	$(BIN)/snakemake --profile profiles/default $(MIRROR_CONFIG) --report results/report.html
 
 lint: venv
-	$(BIN)/ruff check scripts tests tools
-	$(BIN)/ruff format --check scripts tests tools
+	$(BIN)/ruff check scripts tests tools benchmarks
+	$(BIN)/ruff format --check scripts tests tools benchmarks
 	$(BIN)/snakefmt --check Snakefile rules
 	$(BIN)/snakemake --lint $(MIRROR_CONFIG)
 	$(VENV)/cff/bin/cffconvert --validate --infile CITATION.cff
