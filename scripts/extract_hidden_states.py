@@ -3,15 +3,12 @@
 import sys
 
 from attnscope import runlog
-from attnscope.adapters import load_model, pick_device
 from attnscope.extract import extract, manifest_attrs
-from attnscope.models import read_manifest
+from attnscope.models import open_model
 
 log = runlog.start(snakemake)  # noqa: F821
-manifest = read_manifest(snakemake.input.manifest)  # noqa: F821
-device = pick_device(snakemake.params.device)  # noqa: F821
-log.info("model %s on %s", manifest["name"], device)
-model = load_model(manifest["path"], device)
+loaded = open_model(snakemake.input.manifest, snakemake.params.device, log)  # noqa: F821
+manifest, model, device = loaded.manifest, loaded.model, loaded.device
 summary = extract(
     model,
     snakemake.input.encoded,  # noqa: F821

@@ -1,21 +1,17 @@
 """||x||, ||f(x)||, alpha vs ||f(x)|| and the head-summed norm maps of one model on one corpus."""
 
 from attnscope import runlog
-from attnscope.adapters import canonical_weights, load_model, pick_device
-from attnscope.models import read_manifest
+from attnscope.models import open_model
 from attnscope.norms import analyse_corpus
 from attnscope.store import HiddenStates, atomic_h5
 
 log = runlog.start(snakemake)  # noqa: F821
 params = snakemake.params  # noqa: F821
 output = snakemake.output  # noqa: F821
-manifest = read_manifest(snakemake.input.manifest)  # noqa: F821
 if params.scatter_max_points > params.spearman_sample_size:
     raise ValueError("analyses.norms: scatter_max_points must not exceed spearman_sample_size")
-device = pick_device(params.device)
-log.info("model %s on %s", manifest["name"], device)
-model = load_model(manifest["path"], device)
-weights = canonical_weights(model)
+loaded = open_model(snakemake.input.manifest, params.device, log)  # noqa: F821
+model, weights, device = loaded.model, loaded.weights, loaded.device
 with HiddenStates(snakemake.input.hidden_states) as store, atomic_h5(output.maps) as maps:  # noqa: F821
     log.info("%d sequences of at most %d pieces", store.n_sequences, store.length)
     accumulator, residual = analyse_corpus(

@@ -2,17 +2,15 @@
 the identity checks, in one streaming pass over the stored layer inputs."""
 
 from attnscope import position_scan, runlog
-from attnscope.adapters import canonical_weights, load_model, pick_device
-from attnscope.models import read_manifest
+from attnscope.models import open_model
 from attnscope.relative import select_heads
 from attnscope.store import HiddenStates
 
 log = runlog.start(snakemake)  # noqa: F821
 params = snakemake.params  # noqa: F821
 output = snakemake.output  # noqa: F821
-manifest = read_manifest(snakemake.input.manifest)  # noqa: F821
-device = pick_device(params.device)
-weights = canonical_weights(load_model(manifest["path"], device))
+loaded = open_model(snakemake.input.manifest, params.device, log)  # noqa: F821
+manifest, weights, device = loaded.manifest, loaded.weights, loaded.device
 with HiddenStates(snakemake.input.hidden_states) as store:  # noqa: F821
     log.info("%s: %d sequences on %s", manifest["name"], store.n_sequences, device)
     result = position_scan.scan(

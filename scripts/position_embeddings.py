@@ -3,13 +3,12 @@
 import h5py
 
 from attnscope import runlog
-from attnscope.adapters import canonical_weights, load_model
-from attnscope.models import read_manifest
+from attnscope.models import open_model
 from attnscope.position import embedding_spectra, first_full_input, pca_cumulative_variance
 
 log = runlog.start(snakemake)  # noqa: F821
-manifest = read_manifest(snakemake.input.manifest)  # noqa: F821
-weights = canonical_weights(load_model(manifest["path"]))
+loaded = open_model(snakemake.input.manifest)  # noqa: F821
+manifest, weights = loaded.manifest, loaded.weights
 with h5py.File(snakemake.input.encoded, "r") as f:  # noqa: F821
     pieces = first_full_input(f["input_ids"][()], f["attention_mask"][()])
 log.info(

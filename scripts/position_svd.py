@@ -3,14 +3,12 @@
 import pandas as pd
 
 from attnscope import runlog
-from attnscope.adapters import canonical_weights, load_model
 from attnscope.bilinear import bilinear_form, rotation_table, singular_value_table
-from attnscope.models import read_manifest
+from attnscope.models import open_model
 
 log = runlog.start(snakemake)  # noqa: F821
-manifest = read_manifest(snakemake.input.manifest)  # noqa: F821
 include_bias = snakemake.params.include_bias  # noqa: F821
-weights = canonical_weights(load_model(manifest["path"]))
+weights = open_model(snakemake.input.manifest, log=log).weights  # noqa: F821
 singular, angles = [], []
 for l, layer in enumerate(weights.layers):
     form = bilinear_form(layer, include_bias)

@@ -4,18 +4,15 @@ import pandas as pd
 
 from attnscope import head_distances as hd
 from attnscope import runlog
-from attnscope.adapters import canonical_weights, load_model, pick_device
-from attnscope.models import read_manifest
+from attnscope.models import open_model
 from attnscope.store import HiddenStates
 from attnscope.weights import behaviour
 
 log = runlog.start(snakemake)  # noqa: F821
 params = snakemake.params  # noqa: F821
 output = snakemake.output  # noqa: F821
-manifest = read_manifest(snakemake.input.manifest)  # noqa: F821
-device = pick_device(params.device)
-log.info("model %s on %s", manifest["name"], device)
-weights = canonical_weights(load_model(manifest["path"], device))
+loaded = open_model(snakemake.input.manifest, params.device, log)  # noqa: F821
+weights, device = loaded.weights, loaded.device
 L, H = weights.n_layers, weights.n_heads
 with HiddenStates(snakemake.input.hidden_states) as store:  # noqa: F821
     limit = params.n_sequences or None

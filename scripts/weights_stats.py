@@ -1,18 +1,15 @@
 """Per-head and per-layer attention-weight statistics of one model on one corpus (Clark 2019)."""
 
 from attnscope import runlog
-from attnscope.adapters import canonical_weights, load_model, pick_device
-from attnscope.models import read_manifest
+from attnscope.models import open_model
 from attnscope.store import HiddenStates
 from attnscope.weights import attention_statistics
 
 log = runlog.start(snakemake)  # noqa: F821
 params = snakemake.params  # noqa: F821
 output = snakemake.output  # noqa: F821
-manifest = read_manifest(snakemake.input.manifest)  # noqa: F821
-device = pick_device(params.device)
-log.info("model %s on %s", manifest["name"], device)
-weights = canonical_weights(load_model(manifest["path"], device))
+loaded = open_model(snakemake.input.manifest, params.device, log)  # noqa: F821
+weights, device = loaded.weights, loaded.device
 with HiddenStates(snakemake.input.hidden_states) as store:  # noqa: F821
     log.info("%d sequences of at most %d pieces", store.n_sequences, store.length)
     heads, layers = attention_statistics(store, weights, params.batch_size, device)

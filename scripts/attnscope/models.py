@@ -13,9 +13,18 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
-from attnscope.adapters import SUPPORTED_MODEL_TYPES, UnsupportedModelError, has_mlm_head
+from attnscope.adapters import (
+    SUPPORTED_MODEL_TYPES,
+    ModelWeights,
+    UnsupportedModelError,
+    canonical_weights,
+    has_mlm_head,
+    load_model,
+    pick_device,
+)
 from attnscope.datasets import sha256_of
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
@@ -113,3 +122,23 @@ def write_manifest(path: str | Path, manifest: dict) -> None:
 
 def read_manifest(path: str | Path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+@dataclass
+class LoadedModel:
+    """What a rule script needs of a model: its manifest, device, module and canonical weights."""
+
+    manifest: dict
+    device: str
+    model: object
+    weights: ModelWeights
+
+
+def open_model(manifest_path: str | Path, device_setting: str = "cpu", log=None) -> LoadedModel:
+    """Load the model a manifest describes (eager attention, eval mode) on the resolved device."""
+    manifest = read_manifest(manifest_path)
+    device = pick_device(device_setting)
+    if log is not None:
+        log.info("model %s on %s", manifest["name"], device)
+    model = load_model(manifest["path"], device)
+    return LoadedModel(manifest, device, model, canonical_weights(model))
