@@ -28,6 +28,16 @@ def queries_keys(X: torch.Tensor, layer: LayerWeights):
     return q, k
 
 
+def visible_pairs(mask: torch.Tensor, causal: bool) -> torch.Tensor:
+    """Whether query i sees key j: both real tokens, and j <= i when causal.  [B, n] -> [B, n, n]"""
+    real = mask.bool()
+    pairs = real[:, :, None] & real[:, None, :]
+    if causal:
+        n = mask.shape[-1]
+        pairs &= torch.ones(n, n, dtype=torch.bool, device=mask.device).tril()
+    return pairs
+
+
 def additive_mask(mask: torch.Tensor, causal: bool, dtype: torch.dtype) -> torch.Tensor:
     """[B, 1, n, n] additive mask: 0 where key j is visible to query i, dtype min elsewhere."""
     n = mask.shape[-1]

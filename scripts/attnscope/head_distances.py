@@ -23,9 +23,8 @@ import pandas as pd
 import torch
 
 from attnscope.adapters import ModelWeights
-from attnscope.attention import attention_probs
+from attnscope.attention import attention_probs, visible_pairs
 from attnscope.store import HiddenStates
-from attnscope.weights import visible_keys
 
 JS_SMOOTHING = 1e-3
 # Elements of one pair-block temporary: 512 KiB in float32 stays in a CPU core's cache;
@@ -40,7 +39,7 @@ def smoothed_entries(alpha: torch.Tensor, mask: torch.Tensor, causal: bool) -> t
     -> [G, V] float32, V = number of visible entries (real query rows x their visible keys),
     each row smoothed as (1 - s) * a + s / k over its k visible keys.
     """
-    visible = visible_keys(mask, causal)  # [B, n, n]
+    visible = visible_pairs(mask, causal)  # [B, n, n]
     k = visible.sum(-1, keepdim=True).clamp_min(1)  # [B, n, 1]
     p = torch.add(JS_SMOOTHING / k, alpha.float(), alpha=1 - JS_SMOOTHING)
     return p[:, visible]

@@ -43,6 +43,7 @@ from attnscope.attention import (
     attention_output,
     attention_probs,
     value_vectors,
+    visible_pairs,
 )
 from attnscope.store import HiddenStates
 from attnscope.tokens import CATEGORY_NAMES, CLS, OTHER, PUNCT, SEP
@@ -53,16 +54,6 @@ SAMPLE_FIELDS = ("layer", "head", "alpha", "fx_norm")
 
 class DecompositionError(RuntimeError):
     """The decomposed attention output does not rebuild the module's real output."""
-
-
-def visible_pairs(mask: torch.Tensor, causal: bool) -> torch.Tensor:
-    """Pairs that count: query i and key j real, j <= i when causal.  [B, n] -> [B, n, n]"""
-    real = mask.bool()
-    pairs = real[:, :, None] & real[:, None, :]
-    if causal:
-        n = mask.shape[1]
-        pairs &= torch.ones(n, n, dtype=torch.bool, device=mask.device).tril()
-    return pairs
 
 
 def head_summed_norms(alpha: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:

@@ -32,7 +32,7 @@ import pandas as pd
 import torch
 
 from attnscope.adapters import ModelWeights
-from attnscope.attention import attention_probs
+from attnscope.attention import attention_probs, visible_pairs
 from attnscope.store import HiddenStates
 from attnscope.tokens import CLS, PUNCT, SEP
 
@@ -52,19 +52,9 @@ HEAD_STATISTICS = (
 BEHAVIOURS = ("broad", "CLS", "SEP", "punct", "prev", "next", "other")
 
 
-def visible_keys(mask: torch.Tensor, causal: bool) -> torch.Tensor:
-    """Whether query i sees key j: both real, and j <= i when causal.  [B, n, n] bool"""
-    real = mask.bool()
-    visible = real[:, :, None] & real[:, None, :]
-    if causal:
-        n = mask.shape[-1]
-        visible = visible & torch.ones(n, n, dtype=torch.bool, device=mask.device).tril()
-    return visible
-
-
 def counted_rows(mask: torch.Tensor, causal: bool) -> torch.Tensor:
     """Query rows that enter the statistics: real rows seeing at least two keys.  [B, n] bool"""
-    return visible_keys(mask, causal).sum(-1) >= 2
+    return visible_pairs(mask, causal).sum(-1) >= 2
 
 
 def row_entropy(alpha: torch.Tensor, visible: torch.Tensor, smoothing: float) -> torch.Tensor:
@@ -99,7 +89,7 @@ def sequence_statistics(
     if alpha.dtype not in (torch.float32, torch.float64):
         alpha = alpha.float()
     category = category.to(alpha.device)
-    visible = visible_keys(mask, causal)
+    visible = visible_pairs(mask, causal)
     rows = counted_rows(mask, causal)
     real = mask.bool()
     zero = torch.zeros_like(alpha[..., :1, 0])  # [B, H, 1]
