@@ -5,13 +5,32 @@
 
 POSITION = config["analyses"]["position"]
 POSITION_REPORT = "Position (Yamamoto & Matsuzaki)"
-POSITION_MODEL_FIGURES = [
-    "pe_spectrum",
-    "pe_pca",
-    "wa_singular_values",
-    "rotation_angles",
-]
-POSITION_CORPUS_FIGURES = ["trt_clusters", "trt_centres", "spectra", "g_map", "xcorr"]
+# Figures: scope -> (table folder, log folder, report subcategory), and figure -> its tables.
+POSITION_FIGURE_SCOPES = {
+    "model": ("results/{model}/model", "results/{model}/logs", "{model} / model"),
+    "corpus": (
+        "results/{model}/{corpus}/position",
+        "results/{model}/{corpus}/logs",
+        "{model} / {corpus}",
+    ),
+}
+POSITION_FIGURE_TABLES = {
+    "model": {
+        "pe_spectrum": {"spectrum": "pe_spectrum.tsv"},
+        "pe_pca": {"pca": "pe_pca.tsv"},
+        "wa_singular_values": {"singular": "wa_singular_values.tsv"},
+        "rotation_angles": {"angles": "rotation_angles.tsv"},
+    },
+    "corpus": {
+        "trt_clusters": {"shares": "trt_clusters.tsv"},
+        "trt_centres": {"centres": "trt_centres.tsv"},
+        "spectra": {"spectra": "spectra.tsv"},
+        "g_map": {"g_map": "g_map.tsv"},
+        "xcorr": {"xcorr": "xcorr.tsv", "xcov_sum": "xcov_sum.tsv"},
+    },
+}
+POSITION_MODEL_FIGURES = list(POSITION_FIGURE_TABLES["model"])
+POSITION_CORPUS_FIGURES = list(POSITION_FIGURE_TABLES["corpus"])
 POSITION_CORPUS_TABLES = [
     "trt.tsv.gz",
     "trt_clusters.tsv",
@@ -110,203 +129,33 @@ rule position_clusters:
         "../scripts/position_clusters.py"
 
 
-rule position_figure_pe_spectrum:
-    input:
-        spectrum="results/{model}/model/pe_spectrum.tsv",
-    output:
-        svg=report(
-            "results/{model}/model/figures/pe_spectrum.svg",
-            caption="../report/position/pe_spectrum.rst",
-            category=POSITION_REPORT,
-            subcategory="{model} / model",
-        ),
-        png="results/{model}/model/figures/pe_spectrum.png",
-    log:
-        "results/{model}/logs/position_figure_pe_spectrum.log",
-    conda:
-        "../envs/plots.yaml"
-    params:
-        figure="pe_spectrum",
-        options=position_title,
-    script:
-        "../scripts/position_figure.py"
+# Figures, drawn from the tables only: one rule per figure (each has its own report caption).
+for scope, figures in POSITION_FIGURE_TABLES.items():
+    folder, log_folder, subcategory = POSITION_FIGURE_SCOPES[scope]
+    for figure, tables in figures.items():
 
-
-rule position_figure_pe_pca:
-    input:
-        pca="results/{model}/model/pe_pca.tsv",
-    output:
-        svg=report(
-            "results/{model}/model/figures/pe_pca.svg",
-            caption="../report/position/pe_pca.rst",
-            category=POSITION_REPORT,
-            subcategory="{model} / model",
-        ),
-        png="results/{model}/model/figures/pe_pca.png",
-    log:
-        "results/{model}/logs/position_figure_pe_pca.log",
-    conda:
-        "../envs/plots.yaml"
-    params:
-        figure="pe_pca",
-        options=position_title,
-    script:
-        "../scripts/position_figure.py"
-
-
-rule position_figure_wa_singular_values:
-    input:
-        singular="results/{model}/model/wa_singular_values.tsv",
-    output:
-        svg=report(
-            "results/{model}/model/figures/wa_singular_values.svg",
-            caption="../report/position/wa_singular_values.rst",
-            category=POSITION_REPORT,
-            subcategory="{model} / model",
-        ),
-        png="results/{model}/model/figures/wa_singular_values.png",
-    log:
-        "results/{model}/logs/position_figure_wa_singular_values.log",
-    conda:
-        "../envs/plots.yaml"
-    params:
-        figure="wa_singular_values",
-        options=position_title,
-    script:
-        "../scripts/position_figure.py"
-
-
-rule position_figure_rotation_angles:
-    input:
-        angles="results/{model}/model/rotation_angles.tsv",
-    output:
-        svg=report(
-            "results/{model}/model/figures/rotation_angles.svg",
-            caption="../report/position/rotation_angles.rst",
-            category=POSITION_REPORT,
-            subcategory="{model} / model",
-        ),
-        png="results/{model}/model/figures/rotation_angles.png",
-    log:
-        "results/{model}/logs/position_figure_rotation_angles.log",
-    conda:
-        "../envs/plots.yaml"
-    params:
-        figure="rotation_angles",
-        options=position_title,
-    script:
-        "../scripts/position_figure.py"
-
-
-rule position_figure_trt_clusters:
-    input:
-        shares="results/{model}/{corpus}/position/trt_clusters.tsv",
-    output:
-        svg=report(
-            "results/{model}/{corpus}/position/figures/trt_clusters.svg",
-            caption="../report/position/trt_clusters.rst",
-            category=POSITION_REPORT,
-            subcategory="{model} / {corpus}",
-        ),
-        png="results/{model}/{corpus}/position/figures/trt_clusters.png",
-    log:
-        "results/{model}/{corpus}/logs/position_figure_trt_clusters.log",
-    conda:
-        "../envs/plots.yaml"
-    params:
-        figure="trt_clusters",
-        options=position_title,
-    script:
-        "../scripts/position_figure.py"
-
-
-rule position_figure_trt_centres:
-    input:
-        centres="results/{model}/{corpus}/position/trt_centres.tsv",
-    output:
-        svg=report(
-            "results/{model}/{corpus}/position/figures/trt_centres.svg",
-            caption="../report/position/trt_centres.rst",
-            category=POSITION_REPORT,
-            subcategory="{model} / {corpus}",
-        ),
-        png="results/{model}/{corpus}/position/figures/trt_centres.png",
-    log:
-        "results/{model}/{corpus}/logs/position_figure_trt_centres.log",
-    conda:
-        "../envs/plots.yaml"
-    params:
-        figure="trt_centres",
-        options=position_title,
-    script:
-        "../scripts/position_figure.py"
-
-
-rule position_figure_spectra:
-    input:
-        spectra="results/{model}/{corpus}/position/spectra.tsv",
-    output:
-        svg=report(
-            "results/{model}/{corpus}/position/figures/spectra.svg",
-            caption="../report/position/spectra.rst",
-            category=POSITION_REPORT,
-            subcategory="{model} / {corpus}",
-        ),
-        png="results/{model}/{corpus}/position/figures/spectra.png",
-    log:
-        "results/{model}/{corpus}/logs/position_figure_spectra.log",
-    conda:
-        "../envs/plots.yaml"
-    params:
-        figure="spectra",
-        options=position_title,
-    script:
-        "../scripts/position_figure.py"
-
-
-rule position_figure_g_map:
-    input:
-        g_map="results/{model}/{corpus}/position/g_map.tsv",
-    output:
-        svg=report(
-            "results/{model}/{corpus}/position/figures/g_map.svg",
-            caption="../report/position/g_map.rst",
-            category=POSITION_REPORT,
-            subcategory="{model} / {corpus}",
-        ),
-        png="results/{model}/{corpus}/position/figures/g_map.png",
-    log:
-        "results/{model}/{corpus}/logs/position_figure_g_map.log",
-    conda:
-        "../envs/plots.yaml"
-    params:
-        figure="g_map",
-        options=position_title,
-    script:
-        "../scripts/position_figure.py"
-
-
-rule position_figure_xcorr:
-    input:
-        xcorr="results/{model}/{corpus}/position/xcorr.tsv",
-        xcov_sum="results/{model}/{corpus}/position/xcov_sum.tsv",
-    output:
-        svg=report(
-            "results/{model}/{corpus}/position/figures/xcorr.svg",
-            caption="../report/position/xcorr.rst",
-            category=POSITION_REPORT,
-            subcategory="{model} / {corpus}",
-        ),
-        png="results/{model}/{corpus}/position/figures/xcorr.png",
-    log:
-        "results/{model}/{corpus}/logs/position_figure_xcorr.log",
-    conda:
-        "../envs/plots.yaml"
-    params:
-        figure="xcorr",
-        options=position_title,
-    script:
-        "../scripts/position_figure.py"
+        rule:
+            name:
+                f"position_figure_{figure}"
+            input:
+                **{key: f"{folder}/{table}" for key, table in tables.items()},
+            output:
+                svg=report(
+                    f"{folder}/figures/{figure}.svg",
+                    caption=f"../report/position/{figure}.rst",
+                    category=POSITION_REPORT,
+                    subcategory=subcategory,
+                ),
+                png=f"{folder}/figures/{figure}.png",
+            log:
+                f"{log_folder}/position_figure_{figure}.log",
+            conda:
+                "../envs/plots.yaml"
+            params:
+                figure=figure,
+                options=position_title,
+            script:
+                "../scripts/position_figure.py"
 
 
 rule position_figure_pe_spectra_models:
