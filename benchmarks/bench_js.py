@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-from attnscope.head_distances import JS_SMOOTHING, js_sums, smoothed_entries  # noqa: E402
+from attnscope.analyses.weights.head_distances import JS_SMOOTHING, js_sums, smoothed_entries  # noqa: E402
 
 
 def clark_loop(maps: np.ndarray) -> np.ndarray:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
 
-from attnscope.datasets import files_for_kind  # noqa: E402
+from attnscope.data.datasets import files_for_kind  # noqa: E402
 
 MODELS = list(config["models"])
 CORPORA = list(config["corpora"])

@@ -1,7 +1,7 @@
 """Copy a data file from the mirror or download it, and verify its SHA-256."""
 
-from attnscope import runlog
-from attnscope.datasets import acquire
+from attnscope.data.datasets import acquire
+from attnscope.pipeline import runlog
 
 log = runlog.start(snakemake)  # noqa: F821
 origin = acquire(snakemake.params.relpath, snakemake.output[0], snakemake.params.mirror)  # noqa: F821

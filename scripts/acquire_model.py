@@ -1,7 +1,7 @@
 """Resolve a configured model to a local folder and write its manifest."""
 
-from attnscope import runlog
-from attnscope.models import build_manifest, write_manifest
+from attnscope.pipeline import runlog
+from attnscope.pipeline.models import build_manifest, write_manifest
 
 log = runlog.start(snakemake)  # noqa: F821
 manifest = build_manifest(

@@ -2,7 +2,7 @@
 
 import yaml
 
-from attnscope import runlog
+from attnscope.pipeline import runlog
 
 log = runlog.start(snakemake)  # noqa: F821
 with open(snakemake.output[0], "w") as f:  # noqa: F821

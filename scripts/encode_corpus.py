@@ -2,9 +2,9 @@
 
 from transformers import AutoTokenizer
 
-from attnscope import runlog
-from attnscope.corpora import encode_corpus, write_encoded
-from attnscope.models import read_manifest
+from attnscope.data.corpora import encode_corpus, write_encoded
+from attnscope.pipeline import runlog
+from attnscope.pipeline.models import read_manifest
 
 log = runlog.start(snakemake)  # noqa: F821
 settings = dict(snakemake.params.settings)  # noqa: F821

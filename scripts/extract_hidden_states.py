@@ -2,9 +2,9 @@
 
 import sys
 
-from attnscope import runlog
-from attnscope.extract import extract, manifest_attrs
-from attnscope.models import open_model
+from attnscope.pipeline import runlog
+from attnscope.pipeline.extract import extract, manifest_attrs
+from attnscope.pipeline.models import open_model
 
 log = runlog.start(snakemake)  # noqa: F821
 loaded = open_model(snakemake.input.manifest, snakemake.params.device, log)  # noqa: F821

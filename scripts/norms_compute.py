@@ -1,9 +1,9 @@
 """||x||, ||f(x)||, alpha vs ||f(x)|| and the head-summed norm maps of one model on one corpus."""
 
-from attnscope import runlog
-from attnscope.models import open_model
-from attnscope.norms import analyse_corpus
-from attnscope.store import HiddenStates, atomic_h5
+from attnscope.analyses.norms.corpus import analyse_corpus
+from attnscope.core.store import HiddenStates, atomic_h5
+from attnscope.pipeline import runlog
+from attnscope.pipeline.models import open_model
 
 log = runlog.start(snakemake)  # noqa: F821
 params = snakemake.params  # noqa: F821

@@ -2,8 +2,9 @@
 
 import pandas as pd
 
-from attnscope import norms_plots, runlog
-from attnscope.plotting import save_figure
+from attnscope.analyses.norms import plots as norms_plots
+from attnscope.core.plotting import save_figure
+from attnscope.pipeline import runlog
 
 log = runlog.start(snakemake)  # noqa: F821
 tables = {

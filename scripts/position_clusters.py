@@ -2,8 +2,8 @@
 
 import pandas as pd
 
-from attnscope import runlog
-from attnscope.relative import cluster_profiles
+from attnscope.analyses.position.diagonals import cluster_profiles
+from attnscope.pipeline import runlog
 
 log = runlog.start(snakemake)  # noqa: F821
 params = snakemake.params  # noqa: F821

@@ -1,10 +1,11 @@
 """The corpus-level position analyses: tr_t(A), spectra of X/Q/K, eigen-waves, xcov/xcorr, and
 the identity checks, in one streaming pass over the stored layer inputs."""
 
-from attnscope import position_scan, runlog
-from attnscope.models import open_model
-from attnscope.relative import select_heads
-from attnscope.store import HiddenStates
+from attnscope.analyses.position import scan as position_scan
+from attnscope.analyses.position.diagonals import select_heads
+from attnscope.core.store import HiddenStates
+from attnscope.pipeline import runlog
+from attnscope.pipeline.models import open_model
 
 log = runlog.start(snakemake)  # noqa: F821
 params = snakemake.params  # noqa: F821

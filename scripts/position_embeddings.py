@@ -2,9 +2,13 @@
 
 import h5py
 
-from attnscope import runlog
-from attnscope.models import open_model
-from attnscope.position import embedding_spectra, first_full_input, pca_cumulative_variance
+from attnscope.analyses.position.embeddings import (
+    embedding_spectra,
+    first_full_input,
+    pca_cumulative_variance,
+)
+from attnscope.pipeline import runlog
+from attnscope.pipeline.models import open_model
 
 log = runlog.start(snakemake)  # noqa: F821
 loaded = open_model(snakemake.input.manifest)  # noqa: F821

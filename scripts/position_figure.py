@@ -2,8 +2,9 @@
 
 import pandas as pd
 
-from attnscope import position_plots, runlog
-from attnscope.plotting import save_figure
+from attnscope.analyses.position import plots as position_plots
+from attnscope.core.plotting import save_figure
+from attnscope.pipeline import runlog
 
 log = runlog.start(snakemake)  # noqa: F821
 params = snakemake.params  # noqa: F821

@@ -2,9 +2,9 @@
 
 import pandas as pd
 
-from attnscope import runlog
-from attnscope.bilinear import bilinear_form, rotation_table, singular_value_table
-from attnscope.models import open_model
+from attnscope.analyses.position.bilinear import bilinear_form, rotation_table, singular_value_table
+from attnscope.pipeline import runlog
+from attnscope.pipeline.models import open_model
 
 log = runlog.start(snakemake)  # noqa: F821
 include_bias = snakemake.params.include_bias  # noqa: F821

@@ -6,7 +6,7 @@ import sys
 
 import pandas as pd
 
-from attnscope import runlog
+from attnscope.pipeline import runlog
 
 log = runlog.start(snakemake)  # noqa: F821
 rows = [{"package": "python", "version": sys.version.split()[0]}]

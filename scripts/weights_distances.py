@@ -2,11 +2,11 @@
 
 import pandas as pd
 
-from attnscope import head_distances as hd
-from attnscope import runlog
-from attnscope.models import open_model
-from attnscope.store import HiddenStates
-from attnscope.weights import behaviour
+from attnscope.analyses.weights import head_distances as hd
+from attnscope.analyses.weights.statistics import behaviour
+from attnscope.core.store import HiddenStates
+from attnscope.pipeline import runlog
+from attnscope.pipeline.models import open_model
 
 log = runlog.start(snakemake)  # noqa: F821
 params = snakemake.params  # noqa: F821

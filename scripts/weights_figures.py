@@ -8,10 +8,10 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
-from attnscope import runlog
-from attnscope.plotting import save_figure
+from attnscope.core.plotting import save_figure
+from attnscope.pipeline import runlog
 
-# Same order as attnscope.weights.BEHAVIOURS (not imported: the plots environment has no torch).
+# Same order as analyses.weights.statistics.BEHAVIOURS (not imported: plots have no torch).
 BEHAVIOURS = ("broad", "CLS", "SEP", "punct", "prev", "next", "other")
 CATEGORY_LABELS = {"cls": "[CLS]", "sep": "[SEP]", "punct": ". or ,", "other": "other"}
 

@@ -1,17 +1,17 @@
 """Gradient importance of attention per layer and category, or a "not applicable" table."""
 
-from attnscope import runlog
-from attnscope.adapters import GPT2_FAMILY, load_model, pick_device
-from attnscope.gradients import gradient_importance, not_applicable
-from attnscope.models import read_manifest
-from attnscope.store import HiddenStates
+from attnscope.analyses.weights.gradients import gradient_importance, not_applicable
+from attnscope.architectures import load_model
+from attnscope.core.store import HiddenStates
+from attnscope.pipeline import runlog
+from attnscope.pipeline.models import pick_device, read_manifest
 
 log = runlog.start(snakemake)  # noqa: F821
 params = snakemake.params  # noqa: F821
 manifest = read_manifest(snakemake.input.manifest)  # noqa: F821
 device = pick_device(params.device)
 with HiddenStates(snakemake.input.hidden_states) as store:  # noqa: F821
-    if manifest["model_type"] in GPT2_FAMILY or not manifest["has_mlm_head"]:
+    if not manifest["has_mlm_head"]:
         log.info("model %s has no masked-LM head: not applicable", manifest["name"])
         table = not_applicable(store.n_layers)
     else:

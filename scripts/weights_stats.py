@@ -1,9 +1,9 @@
 """Per-head and per-layer attention-weight statistics of one model on one corpus (Clark 2019)."""
 
-from attnscope import runlog
-from attnscope.models import open_model
-from attnscope.store import HiddenStates
-from attnscope.weights import attention_statistics
+from attnscope.analyses.weights.statistics import attention_statistics
+from attnscope.core.store import HiddenStates
+from attnscope.pipeline import runlog
+from attnscope.pipeline.models import open_model
 
 log = runlog.start(snakemake)  # noqa: F821
 params = snakemake.params  # noqa: F821

@@ -88,7 +88,7 @@ def write_tiny_encoded(path, family: str, batch: int = 4, length: int = 16, seed
     import h5py
     import numpy as np
 
-    from attnscope.tokens import CLS, OTHER, PAD, PUNCT, SEP
+    from attnscope.core.tokens import CLS, OTHER, PAD, PUNCT, SEP
 
     ids, mask = tiny_batch(family, batch, length, seed)
     ids, mask = ids.numpy().astype(np.int32), mask.numpy().astype(np.int8)
@@ -116,7 +116,7 @@ def write_tiny_encoded(path, family: str, batch: int = 4, length: int = 16, seed
 
 def write_tiny_store(tmp_path, family: str, batch: int = 4, length: int = 16, head="base"):
     """(hidden_states.h5 path, model): a tiny random model run over a tiny encoded corpus."""
-    from attnscope.extract import extract
+    from attnscope.pipeline.extract import extract
 
     model = tiny_model(family, head=head)
     encoded = write_tiny_encoded(tmp_path / f"{family}-encoded.h5", family, batch, length)

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from attnscope.adapters import UnsupportedModelError
-from attnscope.datasets import DATA_FILES, ChecksumError, acquire, sha256_of
-from attnscope.models import ModelNotFoundError, build_manifest
+from attnscope.architectures import UnsupportedModelError
+from attnscope.data.datasets import DATA_FILES, ChecksumError, acquire, sha256_of
+from attnscope.pipeline.models import ModelNotFoundError, build_manifest
 from conftest import tiny_model
 
 MIRROR = Path(os.environ.get("ATTNSCOPE_MIRROR", Path(__file__).parents[2] / "shared" / "data"))

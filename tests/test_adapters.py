@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from attnscope.adapters import UnsupportedModelError, canonical_weights
-from attnscope.attention import (
+from attnscope.architectures import UnsupportedModelError, canonical_weights
+from attnscope.core.attention import (
     attention_output,
     attention_probs,
     layer_forward,

@@ -5,10 +5,10 @@ import numpy as np
 import pytest
 import torch
 
-from attnscope.adapters import canonical_weights
-from attnscope.attention import layer_forward
-from attnscope.extract import extract
-from attnscope.store import HiddenStates
+from attnscope.architectures import canonical_weights
+from attnscope.core.attention import layer_forward
+from attnscope.core.store import HiddenStates
+from attnscope.pipeline.extract import extract
 from conftest import tiny_model, write_tiny_encoded, write_tiny_store
 
 

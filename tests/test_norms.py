@@ -11,21 +11,20 @@ import pytest
 import torch
 from scipy.stats import rankdata, spearmanr
 
-from attnscope.adapters import base_model, canonical_weights
-from attnscope.affine import singular_value_table
-from attnscope.attention import attention_output, attention_probs, value_vectors
-from attnscope.norms import (
+from attnscope.analyses.norms.affine import singular_value_table
+from attnscope.analyses.norms.corpus import (
     BottomKSample,
     DecompositionError,
     Moments,
     NormsAccumulator,
     analyse_corpus,
     head_summed_norms,
-    module_attention_output,
     spearman,
 )
-from attnscope.store import HiddenStates, atomic_h5
-from attnscope.tokens import CATEGORY_NAMES, CLS, OTHER, PUNCT, SEP
+from attnscope.architectures import architecture, base_model, canonical_weights
+from attnscope.core.attention import attention_output, attention_probs, value_vectors
+from attnscope.core.store import HiddenStates, atomic_h5
+from attnscope.core.tokens import CATEGORY_NAMES, CLS, OTHER, PUNCT, SEP
 from conftest import tiny_batch, tiny_model, write_tiny_store
 
 
@@ -68,7 +67,7 @@ def test_decomposition_rebuilds_module_output(family):
     for l, layer in enumerate(weights.layers):
         X = hidden[l]
         y = attention_output(attention_probs(X, mask, layer), value_vectors(X, layer), layer)
-        y_real = module_attention_output(model, l, X, mask)
+        y_real = architecture(family).attention_output(model, l, X, mask)
         torch.testing.assert_close(y[real], y_real[real], rtol=1e-5, atol=1e-6)
         core = base_model(model)
         with torch.no_grad():
@@ -334,8 +333,8 @@ def test_tables_match_transformers(tmp_path, family):
 
 def test_figures_draw_from_tables(tmp_path):
     """Every figure function runs on the tables of a tiny store (figures read tables only)."""
-    from attnscope import norms_plots
-    from attnscope.plotting import save_figure
+    from attnscope.analyses.norms import plots as norms_plots
+    from attnscope.core.plotting import save_figure
 
     store_path, model = write_tiny_store(tmp_path, "gpt2")
     weights = canonical_weights(model)

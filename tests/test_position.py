@@ -9,10 +9,9 @@ import pandas as pd
 import pytest
 import torch
 
-from attnscope import position_plots, position_scan
-from attnscope.adapters import canonical_weights
-from attnscope.attention import attention_probs
-from attnscope.bilinear import (
+from attnscope.analyses.position import plots as position_plots
+from attnscope.analyses.position import scan as position_scan
+from attnscope.analyses.position.bilinear import (
     bilinear_form,
     eigen_rotation,
     rotation_table,
@@ -20,10 +19,16 @@ from attnscope.bilinear import (
     score_weights,
     singular_value_table,
 )
-from attnscope.position import amplitude_spectrum, embedding_spectra, pca_cumulative_variance
-from attnscope.relative import cluster_profiles, diagonal_sums, select_heads
-from attnscope.store import HiddenStates
-from attnscope.waves import cross_covariance
+from attnscope.analyses.position.diagonals import cluster_profiles, diagonal_sums, select_heads
+from attnscope.analyses.position.embeddings import (
+    amplitude_spectrum,
+    embedding_spectra,
+    pca_cumulative_variance,
+)
+from attnscope.analyses.position.waves import cross_covariance
+from attnscope.architectures import canonical_weights
+from attnscope.core.attention import attention_probs
+from attnscope.core.store import HiddenStates
 from conftest import TINY, tiny_model, write_tiny_store
 
 T = TINY["positions"]

@@ -13,11 +13,8 @@ import pytest
 import torch
 from snakemake.iocontainers import Namedlist
 
-from attnscope import head_distances as hd
-from attnscope.adapters import canonical_weights
-from attnscope.attention import attention_output, attention_probs, feed_forward, value_vectors
-from attnscope.extract import model_inputs
-from attnscope.gradients import (
+from attnscope.analyses.weights import head_distances as hd
+from attnscope.analyses.weights.gradients import (
     CATEGORIES,
     NOT_APPLICABLE,
     attention_gradients,
@@ -25,14 +22,16 @@ from attnscope.gradients import (
     gradient_importance,
     sequence_losses,
 )
-from attnscope.store import HiddenStates
-from attnscope.tokens import CLS, OTHER, PAD, PUNCT, SEP
-from attnscope.weights import (
+from attnscope.analyses.weights.statistics import (
     HEAD_STATISTICS,
     attention_statistics,
     behaviour,
     sequence_statistics,
 )
+from attnscope.architectures import architecture, canonical_weights
+from attnscope.core.attention import attention_output, attention_probs, feed_forward, value_vectors
+from attnscope.core.store import HiddenStates
+from attnscope.core.tokens import CLS, OTHER, PAD, PUNCT, SEP
 from conftest import tiny_batch, tiny_model, write_tiny_store
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
@@ -206,7 +205,8 @@ def hf_attentions(model, store):
         for name in ("input_ids", "attention_mask", "token_type_ids")
     )
     with torch.no_grad():
-        out = model(**model_inputs(model, ids, mask, types), output_attentions=True)
+        inputs = architecture(model.config.model_type).model_inputs(model, ids, mask, types)
+        out = model(**inputs, output_attentions=True)
     return [a.double().numpy() for a in out.attentions]
 
 

@@ -153,7 +153,7 @@ def test_default_pipeline_on_a_slice(tmp_path):
     import pandas as pd
     import torch
 
-    from attnscope.adapters import load_model
+    from attnscope.architectures import load_model
 
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
     config["mirror"] = str(MIRROR)

@@ -4,8 +4,8 @@ Usage: python tools/check_store.py results/{model}/{corpus}/hidden_states.h5 \
            results/{model}/model/manifest.json [--batch-size 32]
 Prints the largest absolute difference per layer over all real tokens; exits 1 above 1e-4.
 Independent of the extraction code path: it calls the model directly, with its own batch
-size (so batches are padded differently). For GPT-2 the last state is compared after ln_f,
-which is what `transformers` returns (the store keeps it before ln_f).
+size (so batches are padded differently). Where the model has a final LayerNorm (GPT-2) the
+last state is compared after it, which is what `transformers` returns (the store keeps it before).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
 
-from attnscope.adapters import canonical_weights, load_model  # noqa: E402
-from attnscope.models import read_manifest  # noqa: E402
-from attnscope.store import HiddenStates  # noqa: E402
+from attnscope.architectures import architecture, canonical_weights, load_model  # noqa: E402
+from attnscope.core.store import HiddenStates  # noqa: E402
+from attnscope.pipeline.models import read_manifest  # noqa: E402
 
 
 def main() -> int:
@@ -32,7 +32,7 @@ def main() -> int:
     parser.add_argument("--tolerance", type=float, default=1e-4)
     args = parser.parse_args()
     model = load_model(read_manifest(args.manifest)["path"])
-    gpt2 = model.config.model_type == "gpt2"
+    family = architecture(model.config.model_type)
     final_ln = canonical_weights(model).final_ln
     with HiddenStates(args.store) as store:
         worst = np.zeros(store.n_layers + 1)
@@ -43,14 +43,13 @@ def main() -> int:
                 key: torch.from_numpy(getattr(store, key)[start:stop, :n].astype(np.int64))
                 for key in ("input_ids", "attention_mask", "token_type_ids")
             }
-            if gpt2:
-                del tensors["token_type_ids"]
             with torch.no_grad():
-                fresh = model(**tensors, output_hidden_states=True).hidden_states
+                inputs = family.model_inputs(model, **tensors)
+                fresh = model(**inputs, output_hidden_states=True).hidden_states
             valid = store.attention_mask[start:stop, :n].astype(bool)
             for l, state in enumerate(fresh):
                 stored = store.hidden(l, start, stop)[:, :n]
-                if gpt2 and l == store.n_layers:
+                if final_ln is not None and l == store.n_layers:
                     stored = final_ln(torch.from_numpy(stored)).numpy()
                 worst[l] = max(worst[l], np.abs(stored[valid] - state.numpy()[valid]).max())
         print(f"{store.n_sequences} sequences, {int(store.lengths.sum())} real tokens")

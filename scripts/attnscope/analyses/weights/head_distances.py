@@ -22,9 +22,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from attnscope.adapters import ModelWeights
-from attnscope.attention import attention_probs, visible_pairs
-from attnscope.store import HiddenStates
+from attnscope.core.attention import attention_probs, visible_pairs
+from attnscope.core.canonical import CanonicalModel
+from attnscope.core.store import HiddenStates
 
 JS_SMOOTHING = 1e-3
 # Elements of one pair-block temporary: 512 KiB in float32 stays in a CPU core's cache;
@@ -75,7 +75,7 @@ def js_sums(entries: torch.Tensor, chunk_elements: int | None = None) -> torch.T
     return D + D.T
 
 
-def _layer_batches(store: HiddenStates, weights: ModelWeights, batch_size, device, limit):
+def _layer_batches(store: HiddenStates, weights: CanonicalModel, batch_size, device, limit):
     """Every layer's batch of the same sequences at once: tuples of n_layers Batches."""
     iterators = [store.batches(l, batch_size, device, limit) for l in range(weights.n_layers)]
     return zip(*iterators, strict=True)
@@ -83,7 +83,7 @@ def _layer_batches(store: HiddenStates, weights: ModelWeights, batch_size, devic
 
 def head_distances(
     store: HiddenStates,
-    weights: ModelWeights,
+    weights: CanonicalModel,
     batch_size: int,
     device: str = "cpu",
     limit: int | None = None,

@@ -1,7 +1,7 @@
 """Gradient importance of attention per layer and key category (Clark et al. 2019, Fig. 3).
 
 Importance of the keys of category c in layer l: |alpha^h_ij * dL/dalpha^h_ij| summed over
-the keys j of category c, averaged over the counted query rows i (attnscope.weights), over
+the keys j of category c, averaged over the counted query rows i (see `statistics`), over
 heads and over sequences. The `attention` column is the plain mass sum_j alpha^h_ij on the
 same keys, averaged the same way, for comparison.
 
@@ -26,10 +26,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from attnscope.extract import model_inputs
-from attnscope.store import HiddenStates
-from attnscope.tokens import CLS, OTHER, PUNCT, SEP
-from attnscope.weights import counted_rows
+from attnscope.analyses.weights.statistics import counted_rows
+from attnscope.architectures import architecture
+from attnscope.core.store import HiddenStates
+from attnscope.core.tokens import CLS, OTHER, PUNCT, SEP
 
 CATEGORIES = {"cls": CLS, "sep": SEP, "punct": PUNCT, "other": OTHER}
 STATUS_OK = "ok"
@@ -88,7 +88,8 @@ def attention_gradients(
     input_ids (masked), labels (original ids), chosen (masked pieces): [B, n].
     Returns two lists of n_layers tensors [B, H, n, n] (detached).
     """
-    inputs = model_inputs(model, input_ids, attention_mask, token_type_ids)
+    family = architecture(model.config.model_type)
+    inputs = family.model_inputs(model, input_ids, attention_mask, token_type_ids)
     with _embedding_leaf(model), torch.enable_grad():
         out = model(**inputs, output_attentions=True)
         attentions = list(out.attentions)

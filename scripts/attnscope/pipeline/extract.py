@@ -16,50 +16,11 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from attnscope.adapters import base_model
-from attnscope.datasets import sha256_of
-from attnscope.store import TOKEN_ARRAYS, atomic_h5
+from attnscope.architectures import architecture
+from attnscope.core.store import TOKEN_ARRAYS, atomic_h5
+from attnscope.data.datasets import sha256_of
 
 PACKAGES = ("torch", "transformers", "numpy", "h5py")
-
-
-def model_inputs(model, input_ids, attention_mask, token_type_ids) -> dict:
-    """Keyword arguments for the forward pass. GPT-2 gets no segment ids (it would add word
-    embeddings for them); a BERT-family model with one token type gets zeros."""
-    inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
-    if model.config.model_type == "gpt2":
-        return inputs
-    if getattr(model.config, "type_vocab_size", 1) > 1:
-        inputs["token_type_ids"] = token_type_ids
-    else:
-        inputs["token_type_ids"] = torch.zeros_like(token_type_ids)
-    return inputs
-
-
-def forward_hidden_states(model, inputs: dict) -> list[torch.Tensor]:
-    """All n_layers + 1 residual-stream states, [B, n, d] each; hidden[l] is layer l+1's input.
-
-    GPT-2's last state is taken before ln_f (transformers returns it after ln_f).
-    """
-    captured = {}
-    hook = None
-    if model.config.model_type == "gpt2":
-        last_block = base_model(model).h[-1]
-
-        def grab(module, args, output):
-            captured["last"] = output[0] if isinstance(output, tuple) else output
-
-        hook = last_block.register_forward_hook(grab)
-    try:
-        with torch.no_grad():
-            out = model(**inputs, output_hidden_states=True)
-    finally:
-        if hook is not None:
-            hook.remove()
-    states = list(out.hidden_states)
-    if "last" in captured:
-        states[-1] = captured["last"]
-    return states
 
 
 def extract(
@@ -80,10 +41,9 @@ def extract(
         n_seq, length = arrays["input_ids"].shape
         if n_seq == 0:
             raise ValueError(f"{encoded_path}: the encoded corpus has no sequences")
-        used_types = arrays["token_type_ids"]
-        if model.config.model_type == "gpt2" or getattr(model.config, "type_vocab_size", 1) <= 1:
-            used_types = np.zeros_like(used_types)
-        arrays["token_type_ids"] = used_types
+        family = architecture(model.config.model_type)
+        if not family.uses_segment_ids(model.config):
+            arrays["token_type_ids"] = np.zeros_like(arrays["token_type_ids"])
         for name, values in arrays.items():
             out.create_dataset(name, data=values)
         d = model.config.hidden_size
@@ -101,7 +61,7 @@ def extract(
                 key: torch.from_numpy(arrays[key][start:stop, :n].astype(np.int64)).to(device)
                 for key in ("input_ids", "attention_mask", "token_type_ids")
             }
-            states = forward_hidden_states(model, model_inputs(model, **batch))
+            states = family.residual_states(model, family.model_inputs(model, **batch))
             for l, state in enumerate(states):
                 block = np.zeros((stop - start, length, d), dtype=storage)
                 block[:, :n] = state.float().cpu().numpy().astype(storage)

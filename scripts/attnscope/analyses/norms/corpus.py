@@ -37,16 +37,17 @@ import pandas as pd
 import torch
 from scipy.stats import spearmanr
 
-from attnscope.adapters import ModelWeights, base_model
-from attnscope.attention import (
+from attnscope.architectures import architecture
+from attnscope.core.attention import (
     attention_input,
     attention_output,
     attention_probs,
     value_vectors,
     visible_pairs,
 )
-from attnscope.store import HiddenStates
-from attnscope.tokens import CATEGORY_NAMES, CLS, OTHER, PUNCT, SEP
+from attnscope.core.canonical import CanonicalModel
+from attnscope.core.store import HiddenStates
+from attnscope.core.tokens import CATEGORY_NAMES, CLS, OTHER, PUNCT, SEP
 
 CATEGORIES = (CLS, SEP, PUNCT, OTHER)  # table order, as in Table 3 of the paper
 SAMPLE_FIELDS = ("layer", "head", "alpha", "fx_norm")
@@ -209,7 +210,7 @@ class NormsAccumulator:
         causal: bool,
     ) -> None:
         """x [B, n, d] (attention input), alpha [B, H, n, n], fx [B, H, n, d], mask [B, n],
-        category [B, n] (codes of attnscope.tokens)."""
+        category [B, n] (codes of attnscope.core.tokens)."""
         real = mask.bool()
         cat = torch.from_numpy(np.asarray(category)).to(alpha.device)
         x_norm = x.norm(dim=-1)  # [B, n]
@@ -328,38 +329,6 @@ def summary(table: pd.DataFrame, pooled: Moments) -> pd.DataFrame:
     return out.astype({c: "Int64" for c in indices})
 
 
-def module_attention_output(model, layer: int, X: torch.Tensor, mask: torch.Tensor):
-    """The attention block's output from the `transformers` module itself.  [B, n, d]
-
-    BERT family: `encoder.layer[l].attention` run on X, output taken at
-    `attention.output.dense` (before dropout, residual and LayerNorm) with a forward hook.
-    GPT-2: `h[l].attn(ln_1(X))` (its output is c_proj's, before the residual). The mask is
-    built here from `mask` (and a lower triangle for GPT-2), not from attnscope.attention.
-    """
-    core = base_model(model)
-    n = X.shape[1]
-    visible = mask[:, None, None, :].bool()
-    gpt2 = model.config.model_type == "gpt2"
-    if gpt2:
-        visible = visible & torch.ones(n, n, dtype=torch.bool, device=X.device).tril()
-    additive = torch.zeros(visible.shape, dtype=X.dtype, device=X.device)
-    additive = additive.masked_fill(~visible, torch.finfo(X.dtype).min)
-    with torch.no_grad():
-        if gpt2:
-            block = core.h[layer]
-            return block.attn(block.ln_1(X), attention_mask=additive)[0]
-        attention = core.encoder.layer[layer].attention
-        captured = {}
-        hook = attention.output.dense.register_forward_hook(
-            lambda module, args, output: captured.update(y=output)
-        )
-        try:
-            attention(X, attention_mask=additive)
-        finally:
-            hook.remove()
-        return captured["y"]
-
-
 def decomposition_residual(y: torch.Tensor, y_real: torch.Tensor, mask: torch.Tensor):
     """(max |y - y_real|, max_i ||y_i - y_real_i|| / ||y_real_i||) over real tokens i."""
     real = mask.bool()
@@ -372,7 +341,7 @@ def decomposition_residual(y: torch.Tensor, y_real: torch.Tensor, mask: torch.Te
 
 def analyse_corpus(
     store: HiddenStates,
-    weights: ModelWeights,
+    weights: CanonicalModel,
     model,
     maps: h5py.File,
     *,
@@ -388,13 +357,14 @@ def analyse_corpus(
 
     Writes `maps/{l}` [N, L, L] (l 1-based; rows query i, columns key j; 0 where the pair
     does not count) into the open HDF5 file `maps`, batch by batch. The first batch of every
-    layer is checked against `module_attention_output`; a relative residual above
-    `max_rel_residual` raises DecompositionError.
+    layer is checked against the module's own output (`Architecture.attention_output`); a
+    relative residual above `max_rel_residual` raises DecompositionError.
     """
     acc = NormsAccumulator(weights.n_layers, weights.n_heads, sample_size, seed)
     maps.attrs["description"] = "||sum_h alpha^h_ij f^h(x_j)||; maps/{layer} [seq, query i, key j]"
     maps.attrs["layers"] = "1-based"
     N, L = store.n_sequences, store.length
+    module_output = architecture(model.config.model_type).attention_output
     residuals = []
     for l, layer in enumerate(weights.layers):
         dataset = maps.create_dataset(
@@ -406,7 +376,7 @@ def analyse_corpus(
                 fx = value_vectors(batch.X, layer)
                 if k == 0:
                     y = attention_output(alpha, fx, layer)
-                    y_real = module_attention_output(model, l, batch.X, batch.mask)
+                    y_real = module_output(model, l, batch.X, batch.mask)
                     max_abs, max_rel = decomposition_residual(y, y_real, batch.mask)
                     residuals.append((l + 1, int(batch.mask.sum()), max_abs, max_rel))
                     if log:

@@ -23,19 +23,24 @@ import numpy as np
 import pandas as pd
 import torch
 
-from attnscope.adapters import ModelWeights
-from attnscope.attention import attention_probs
-from attnscope.bilinear import bilinear_form, eigen_rotation, score_input, score_weights
-from attnscope.position import amplitude_spectrum
-from attnscope.relative import diagonal_sums
-from attnscope.store import HiddenStates
-from attnscope.waves import (
+from attnscope.analyses.position.bilinear import (
+    bilinear_form,
+    eigen_rotation,
+    score_input,
+    score_weights,
+)
+from attnscope.analyses.position.diagonals import diagonal_sums
+from attnscope.analyses.position.embeddings import amplitude_spectrum
+from attnscope.analyses.position.waves import (
     cross_correlation,
     cross_covariance,
     eigen_wave_spectra,
     shift,
     signed_frequencies,
 )
+from attnscope.core.attention import attention_probs
+from attnscope.core.canonical import CanonicalModel
+from attnscope.core.store import HiddenStates
 
 IDENTITY_TOLERANCE = 1e-8  # relative to the largest |value|, float64
 
@@ -80,7 +85,7 @@ class ScanResult:
 
 def scan(
     store: HiddenStates,
-    weights: ModelWeights,
+    weights: CanonicalModel,
     t_max: int = 10,
     xcorr_t_max: int = 30,
     include_bias: bool = False,

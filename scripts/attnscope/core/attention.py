@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import torch
 
-from attnscope.adapters import LayerWeights
+from attnscope.core.canonical import CanonicalLayer
 
 
-def attention_input(X: torch.Tensor, layer: LayerWeights) -> torch.Tensor:
+def attention_input(X: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
     """What the attention block reads: LN(X) for pre-LN, X for post-LN.  [B, n, d]"""
     return layer.ln_attn(X) if layer.pre_ln else X
 
 
-def queries_keys(X: torch.Tensor, layer: LayerWeights):
+def queries_keys(X: torch.Tensor, layer: CanonicalLayer):
     """Per-head queries and keys, biases included.  Each [B, H, n, d']."""
     x = attention_input(X, layer)
     q = torch.einsum("bnd,hde->bhne", x, layer.W_Q) + layer.b_Q[None, :, None, :]
@@ -49,7 +49,7 @@ def additive_mask(mask: torch.Tensor, causal: bool, dtype: torch.dtype) -> torch
     return torch.where(visible, zero, torch.finfo(dtype).min)
 
 
-def attention_probs(X: torch.Tensor, mask: torch.Tensor, layer: LayerWeights) -> torch.Tensor:
+def attention_probs(X: torch.Tensor, mask: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
     """alpha^h_ij = softmax_j(q_i k_j^T * scale) over visible keys.  [B, H, n, n]
 
     Rows of padding queries are defined but meaningless; ignore them with `mask`.
@@ -60,24 +60,24 @@ def attention_probs(X: torch.Tensor, mask: torch.Tensor, layer: LayerWeights) ->
     return torch.softmax(scores, dim=-1)
 
 
-def value_vectors(X: torch.Tensor, layer: LayerWeights) -> torch.Tensor:
+def value_vectors(X: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
     """f^h(x_j) = (x_j W_V^h + b_V^h) W_O^h, the vector head h moves from token j.  [B, H, n, d]"""
     x = attention_input(X, layer)
     v = torch.einsum("bnd,hde->bhne", x, layer.W_V) + layer.b_V[None, :, None, :]
     return torch.einsum("bhne,hed->bhnd", v, layer.W_O)
 
 
-def attention_output(alpha: torch.Tensor, fx: torch.Tensor, layer: LayerWeights):
+def attention_output(alpha: torch.Tensor, fx: torch.Tensor, layer: CanonicalLayer):
     """y_i = sum_h sum_j alpha^h_ij f^h(x_j) + b_O, the attention block's output.  [B, n, d]"""
     return torch.einsum("bhij,bhjd->bid", alpha, fx) + layer.b_O
 
 
-def feed_forward(h: torch.Tensor, layer: LayerWeights) -> torch.Tensor:
+def feed_forward(h: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
     """FF(h) = act(h W_in + b_in) W_out + b_out.  [B, n, d]"""
     return layer.activation(h @ layer.W_in + layer.b_in) @ layer.W_out + layer.b_out
 
 
-def layer_forward(X: torch.Tensor, mask: torch.Tensor, layer: LayerWeights):
+def layer_forward(X: torch.Tensor, mask: torch.Tensor, layer: CanonicalLayer):
     """The whole layer recomputed from canonical weights: X_l -> X_{l+1}.  [B, n, d]"""
     y = attention_output(attention_probs(X, mask, layer), value_vectors(X, layer), layer)
     if layer.pre_ln:

@@ -16,16 +16,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnscope.adapters import (
-    SUPPORTED_MODEL_TYPES,
-    ModelWeights,
-    UnsupportedModelError,
+from attnscope.architectures import (
+    architecture,
     canonical_weights,
     has_mlm_head,
     load_model,
-    pick_device,
 )
-from attnscope.datasets import sha256_of
+from attnscope.core.canonical import CanonicalModel
+from attnscope.data.datasets import sha256_of
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
@@ -91,11 +89,7 @@ def build_manifest(name: str, spec: dict, mirror: str = "", resources: str = "re
 
     folder, model_id, revision = resolve_folder(name, spec, mirror, Path(resources))
     config = AutoConfig.from_pretrained(folder)
-    if config.model_type not in SUPPORTED_MODEL_TYPES:
-        raise UnsupportedModelError(
-            f"model {name!r} ({model_id}) has model_type {config.model_type!r}; "
-            f"supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
-        )
+    architecture(config.model_type, f"model {name!r} ({model_id})")
     weights = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES)
     if not weights:
         raise ModelNotFoundError(f"model {name!r}: no weight files in {folder}")
@@ -131,7 +125,19 @@ class LoadedModel:
     manifest: dict
     device: str
     model: object
-    weights: ModelWeights
+    weights: CanonicalModel
+
+
+def pick_device(setting: str) -> str:
+    """Resolve the `device` setting (auto/cpu/cuda) to a torch device string."""
+    import torch
+
+    if setting == "cpu":
+        return "cpu"
+    available = torch.cuda.is_available()
+    if setting == "cuda" and not available:
+        raise RuntimeError("device: cuda was asked for, but torch sees no CUDA device")
+    return "cuda" if available else "cpu"
 
 
 def open_model(manifest_path: str | Path, device_setting: str = "cpu", log=None) -> LoadedModel:

@@ -1,7 +1,7 @@
 """Corpus builders: public data files -> token arrays for one tokenizer (encoded.h5).
 
 Every sequence is START seg_a SEP seg_b SEP (pair kinds) or START text SEP (single segment),
-with START/SEP from `attnscope.tokens.special_ids` (GPT-2: <|endoftext|> for both). RoBERTa's
+with START/SEP from `attnscope.core.tokens.special_ids` (GPT-2: <|endoftext|> for both). RoBERTa's
 own pair template has two separators in the middle; here every family gets the same single-SEP
 layout so that positions and categories mean the same thing across models.
 
@@ -53,9 +53,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 
-from attnscope.datasets import sha256_of
-from attnscope.store import atomic_h5
-from attnscope.tokens import categorize, special_ids
+from attnscope.core.store import atomic_h5
+from attnscope.core.tokens import categorize, special_ids
+from attnscope.data.datasets import sha256_of
 
 KINDS = ("wiki", "wiki512", "ewt", "gap", "clark")
 DEFAULTS = {
@@ -72,7 +72,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class EncodedCorpus:
-    """N sequences padded to L = the longest real length; arrays [N, L] as in attnscope.store."""
+    """N sequences padded to L = the longest real length; arrays [N, L] as in core.store."""
 
     input_ids: np.ndarray  # int32, padding = the tokenizer's pad id (GPT-2: its eos)
     attention_mask: np.ndarray  # int8
@@ -231,7 +231,7 @@ def _mask(input_ids, attention_mask, meta, tokenizer, rate: float, seed: int) ->
 
 
 def write_encoded(path: str | Path, corpus: EncodedCorpus) -> None:
-    """Write encoded.h5 (datasets of attnscope.store; attrs kind, settings, sha256_inputs,
+    """Write encoded.h5 (datasets of attnscope.core.store; attrs kind, settings, sha256_inputs,
     tokenizer, dropped)."""
     with atomic_h5(path) as f:
         for name in ("input_ids", "attention_mask", "token_type_ids", "category", "word_ids"):

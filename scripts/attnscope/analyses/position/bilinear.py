@@ -35,11 +35,11 @@ import numpy as np
 import pandas as pd
 import torch
 
-from attnscope.adapters import LayerWeights
-from attnscope.attention import attention_input
+from attnscope.core.attention import attention_input
+from attnscope.core.canonical import CanonicalLayer
 
 
-def score_weights(layer: LayerWeights, include_bias: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def score_weights(layer: CanonicalLayer, include_bias: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """(W^Q, W^K) of every head, [H, D, r] each, float64; biases appended as row D-1 if asked."""
     W_Q, W_K = layer.W_Q.double(), layer.W_K.double()
     if include_bias:
@@ -48,7 +48,7 @@ def score_weights(layer: LayerWeights, include_bias: bool) -> tuple[torch.Tensor
     return W_Q, W_K
 
 
-def score_input(X: torch.Tensor, layer: LayerWeights, include_bias: bool) -> torch.Tensor:
+def score_input(X: torch.Tensor, layer: CanonicalLayer, include_bias: bool) -> torch.Tensor:
     """x: what the attention block reads, float64, with a column of ones if asked.  [B, n, D]"""
     x = attention_input(X, layer).double()
     if include_bias:
@@ -82,7 +82,7 @@ class BilinearForm:
         return self.U_Q[..., :size].transpose(-1, -2) @ self.U_K[..., :size]
 
 
-def bilinear_form(layer: LayerWeights, include_bias: bool = False) -> BilinearForm:
+def bilinear_form(layer: CanonicalLayer, include_bias: bool = False) -> BilinearForm:
     """SVD of W^A = W^Q (W^K)^T for every head of `layer`."""
     W_Q, W_K = score_weights(layer, include_bias)
     U, S, Vh = torch.linalg.svd(W_Q @ W_K.transpose(-1, -2))

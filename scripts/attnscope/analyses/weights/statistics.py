@@ -1,7 +1,7 @@
 """Attention-weight statistics per head (Clark et al. 2019, ANALYSES.md section 1).
 
 Every statistic reads one attention tensor alpha [B, H, n, n] (query i, key j) with its
-mask [B, n] (1 = real token), token categories [B, n] (attnscope.tokens codes) and whether
+mask [B, n] (1 = real token), token categories [B, n] (attnscope.core.tokens codes) and whether
 the model is causal. Hand-made tensors can be fed directly, so known answers are testable.
 
 Which rows count: real query rows that see at least two keys. For bidirectional models that
@@ -31,10 +31,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from attnscope.adapters import ModelWeights
-from attnscope.attention import attention_probs, visible_pairs
-from attnscope.store import HiddenStates
-from attnscope.tokens import CLS, PUNCT, SEP
+from attnscope.core.attention import attention_probs, visible_pairs
+from attnscope.core.canonical import CanonicalModel
+from attnscope.core.store import HiddenStates
+from attnscope.core.tokens import CLS, PUNCT, SEP
 
 ENTROPY_SMOOTHING = 1e-4
 HEAD_STATISTICS = (
@@ -170,7 +170,7 @@ def layer_table(heads: pd.DataFrame, uniform_entropy: float) -> pd.DataFrame:
 
 def attention_statistics(
     store: HiddenStates,
-    weights: ModelWeights,
+    weights: CanonicalModel,
     batch_size: int,
     device: str = "cpu",
     limit: int | None = None,

@@ -12,7 +12,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib import pyplot as plt
 
-import attnscope.plotting  # noqa: F401  (the shared look; sets the Agg backend)
+import attnscope.core.plotting  # noqa: F401  (the shared look; sets the Agg backend)
 
 
 def pe_spectrum(spectrum: pd.DataFrame, title: str):

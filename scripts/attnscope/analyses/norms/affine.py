@@ -18,7 +18,7 @@ from __future__ import annotations
 import pandas as pd
 import torch
 
-from attnscope.adapters import LayerWeights, ModelWeights
+from attnscope.core.canonical import CanonicalLayer, CanonicalModel
 
 
 def augmented_value(W_V: torch.Tensor, b_V: torch.Tensor) -> torch.Tensor:
@@ -40,7 +40,7 @@ def augmented_output(W_O: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def affine_singular_values(layer: LayerWeights) -> torch.Tensor:
+def affine_singular_values(layer: CanonicalLayer) -> torch.Tensor:
     """The d'+1 largest singular values of W~_V W~_O for every head, descending.  [H, d'+1]
 
     Computed in float64 on the weights' device; returned on the CPU.
@@ -55,7 +55,7 @@ def affine_singular_values(layer: LayerWeights) -> torch.Tensor:
     return torch.stack(values).cpu()
 
 
-def singular_value_table(weights: ModelWeights) -> pd.DataFrame:
+def singular_value_table(weights: CanonicalModel) -> pd.DataFrame:
     """Tidy table `layer head index singular_value` (all 1-based; index 1 = largest)."""
     rows = []
     for l, layer in enumerate(weights.layers, start=1):

@@ -4,7 +4,7 @@
     input_ids       [N, L] int32
     attention_mask  [N, L] int8   1 = real token
     token_type_ids  [N, L] int8   segment ids (0/1, or all 0 with `segment_ids: zeros`)
-    category        [N, L] int8   see attnscope.tokens (OTHER, CLS, SEP, PUNCT; PAD = -1)
+    category        [N, L] int8   see attnscope.core.tokens (OTHER, CLS, SEP, PUNCT; PAD = -1)
     word_ids        [N, L] int32  index of the word a piece belongs to, -1 for specials/pads
     meta            [N]    str    one JSON object per sequence (words, gold annotations)
 

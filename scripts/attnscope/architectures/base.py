@@ -1,0 +1,93 @@
+"""What every architecture family tells the rest of attnscope, and helpers the families share.
+
+A family (one module of this package) knows its `transformers` modules; nothing outside this
+package names a module path or branches on `model_type`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from attnscope.core.canonical import CanonicalLayerNorm, CanonicalModel
+
+
+class UnsupportedModelError(ValueError):
+    """The model's architecture has no family in `attnscope.architectures`."""
+
+
+@dataclass(frozen=True)
+class Architecture:
+    """One model family.
+
+    model_types          `config.model_type` values the family handles
+    canonical_weights    loaded model -> CanonicalModel
+    uses_segment_ids     config -> whether the forward pass takes token_type_ids
+    attention_output     (model, layer index from 0, X [B, n, d], mask [B, n]) -> the attention
+                         block's output computed by the module itself, before any residual [B, n, d]
+    residual_states      (model, inputs) -> the n_layers + 1 residual-stream states [B, n, d];
+                         state l is the input of layer l + 1 (no final LayerNorm applied)
+    mlm_head_prefixes    weight-name prefixes of a masked-LM head (none for causal LMs)
+    """
+
+    name: str
+    model_types: tuple[str, ...]
+    canonical_weights: Callable[[torch.nn.Module], CanonicalModel]
+    uses_segment_ids: Callable[[object], bool]
+    attention_output: Callable[..., torch.Tensor]
+    residual_states: Callable[[torch.nn.Module, dict], list[torch.Tensor]]
+    mlm_head_prefixes: tuple[str, ...] = ()
+
+    def model_inputs(self, model, input_ids, attention_mask, token_type_ids) -> dict:
+        """Keyword arguments of the forward pass; segment ids only where the model uses them."""
+        inputs = {"input_ids": input_ids, "attention_mask": attention_mask}
+        if self.uses_segment_ids(model.config):
+            inputs["token_type_ids"] = token_type_ids
+        return inputs
+
+
+def base_model(model):
+    """The bare encoder/decoder of a model that may carry a task head."""
+    prefix = getattr(model, "base_model_prefix", "")
+    return getattr(model, prefix, model) if prefix else model
+
+
+def layer_norm(module: torch.nn.LayerNorm) -> CanonicalLayerNorm:
+    return CanonicalLayerNorm(module.weight.detach(), module.bias.detach(), module.eps)
+
+
+def split_heads_in(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """[d, H*d'] (x @ W layout) -> [H, d, d']."""
+    d, hd = weight.shape
+    return weight.reshape(d, n_heads, hd // n_heads).permute(1, 0, 2).contiguous()
+
+
+def split_heads_bias(bias: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """[H*d'] -> [H, d']."""
+    return bias.reshape(n_heads, -1).contiguous()
+
+
+def split_heads_out(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """[H*d', d] (x @ W layout) -> [H, d', d]."""
+    hd, d = weight.shape
+    return weight.reshape(n_heads, hd // n_heads, d).contiguous()
+
+
+def additive_mask(mask: torch.Tensor, causal: bool, dtype: torch.dtype) -> torch.Tensor:
+    """The [B, 1, n, n] additive mask a `transformers` attention module takes, built here
+    independently of `attnscope.core.attention` so that checks against the module stay
+    independent: 0 where query i may see key j, the dtype's minimum elsewhere."""
+    n = mask.shape[-1]
+    visible = mask[:, None, None, :].bool()
+    if causal:
+        visible = visible & torch.ones(n, n, dtype=torch.bool, device=mask.device).tril()
+    additive = torch.zeros(visible.shape, dtype=dtype, device=mask.device)
+    return additive.masked_fill(~visible, torch.finfo(dtype).min)
+
+
+def hidden_states_forward(model, inputs: dict) -> list[torch.Tensor]:
+    """`output_hidden_states` of a forward pass without gradients.  n_layers + 1 x [B, n, d]"""
+    with torch.no_grad():
+        return list(model(**inputs, output_hidden_states=True).hidden_states)

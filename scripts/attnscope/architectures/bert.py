@@ -1,0 +1,109 @@
+"""BERT-like encoders (post-LN): BERT, RoBERTa, ELECTRA, XLM-RoBERTa, CamemBERT.
+
+RoBERTa-style models reserve the position rows up to padding_idx; the canonical position
+embeddings drop them, so row t is real position t.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attnscope.architectures.base import (
+    Architecture,
+    UnsupportedModelError,
+    additive_mask,
+    base_model,
+    hidden_states_forward,
+    layer_norm,
+    split_heads_bias,
+    split_heads_in,
+    split_heads_out,
+)
+from attnscope.core.canonical import CanonicalLayer, CanonicalModel
+
+ROBERTA_POSITIONS = ("roberta", "xlm-roberta", "camembert")
+
+
+def _layer(layer, config, activation) -> CanonicalLayer:
+    H = config.num_attention_heads
+    self_attn = layer.attention.self
+    d_head = config.hidden_size // H
+    return CanonicalLayer(
+        W_Q=split_heads_in(self_attn.query.weight.detach().T, H),
+        b_Q=split_heads_bias(self_attn.query.bias.detach(), H),
+        W_K=split_heads_in(self_attn.key.weight.detach().T, H),
+        b_K=split_heads_bias(self_attn.key.bias.detach(), H),
+        W_V=split_heads_in(self_attn.value.weight.detach().T, H),
+        b_V=split_heads_bias(self_attn.value.bias.detach(), H),
+        W_O=split_heads_out(layer.attention.output.dense.weight.detach().T, H),
+        b_O=layer.attention.output.dense.bias.detach(),
+        ln_attn=layer_norm(layer.attention.output.LayerNorm),
+        ln_ff=layer_norm(layer.output.LayerNorm),
+        W_in=layer.intermediate.dense.weight.detach().T.contiguous(),
+        b_in=layer.intermediate.dense.bias.detach(),
+        W_out=layer.output.dense.weight.detach().T.contiguous(),
+        b_out=layer.output.dense.bias.detach(),
+        activation=activation,
+        pre_ln=False,
+        causal=False,
+        scale=d_head**-0.5,
+    )
+
+
+def canonical_weights(model) -> CanonicalModel:
+    from transformers.activations import ACT2FN
+
+    config = model.config
+    core = base_model(model)
+    if getattr(core, "embeddings_project", None) is not None:
+        raise UnsupportedModelError(
+            f"{config.model_type} with embedding_size != hidden_size is not supported"
+        )
+    activation = ACT2FN[config.hidden_act]
+    emb = core.embeddings
+    positions = emb.position_embeddings.weight.detach()
+    if config.model_type in ROBERTA_POSITIONS:
+        positions = positions[config.pad_token_id + 1 :]
+    return CanonicalModel(
+        family="bert",
+        model_type=config.model_type,
+        layers=[_layer(lay, config, activation) for lay in core.encoder.layer],
+        word_embeddings=emb.word_embeddings.weight.detach(),
+        position_embeddings=positions,
+        token_type_embeddings=emb.token_type_embeddings.weight.detach(),
+        embedding_ln=layer_norm(emb.LayerNorm),
+        final_ln=None,
+    )
+
+
+def uses_segment_ids(config) -> bool:
+    """Segment ids only when the model has more than one token type (else zeros would be
+    added anyway; RoBERTa has one type)."""
+    return getattr(config, "type_vocab_size", 1) > 1
+
+
+def attention_output(model, layer: int, X: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`encoder.layer[l].attention` run on X, taken at `attention.output.dense` (before dropout,
+    residual and LayerNorm) with a forward hook.  [B, n, d]"""
+    attention = base_model(model).encoder.layer[layer].attention
+    captured = {}
+    hook = attention.output.dense.register_forward_hook(
+        lambda module, args, output: captured.update(y=output)
+    )
+    try:
+        with torch.no_grad():
+            attention(X, attention_mask=additive_mask(mask, False, X.dtype))
+    finally:
+        hook.remove()
+    return captured["y"]
+
+
+ARCHITECTURE = Architecture(
+    name="bert",
+    model_types=("bert", "roberta", "electra", "xlm-roberta", "camembert"),
+    canonical_weights=canonical_weights,
+    uses_segment_ids=uses_segment_ids,
+    attention_output=attention_output,
+    residual_states=hidden_states_forward,
+    mlm_head_prefixes=("cls.predictions", "lm_head", "generator_lm_head"),
+)
