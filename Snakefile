@@ -15,16 +15,20 @@ report: "report/workflow.rst"
 include: "rules/common.smk"
 include: "rules/acquire.smk"
 include: "rules/extract.smk"
-include: "rules/weights.smk"
-include: "rules/norms.smk"
-include: "rules/position.smk"
+
+
+# One rules file per analysis family, named after it (scripts/attnscope/analyses/<family>/).
+for family_name in FAMILIES:
+
+    include: f"rules/{family_name}.smk"
+
+
+include: "rules/figures.smk"
 include: "rules/report.smk"
 
 
 rule all:
     input:
         foundation_targets(),
-        weights_targets(),
-        norms_targets(),
-        position_targets(),
+        [family_targets(name) for name in FAMILIES],
         report_targets(),

@@ -1,4 +1,4 @@
-# Helpers shared by every .smk file: model and corpus look-ups, input functions, targets.
+# Helpers shared by every .smk file: config checks, look-ups, input functions and targets.
 # All functions live here: `snakemake --lint` asks that files of rules hold no functions.
 import sys
 from pathlib import Path
@@ -6,37 +6,20 @@ from pathlib import Path
 sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
 
 from attnscope.data.datasets import files_for_kind  # noqa: E402
+from attnscope.pipeline.config_checks import check_config  # noqa: E402
+from attnscope.pipeline.outputs import families  # noqa: E402
 
+FAMILIES = families()
+check_config(config, FAMILIES)  # every cross-field check, before any job
 MODELS = list(config["models"])
 CORPORA = list(config["corpora"])
-NAME = "[A-Za-z0-9][A-Za-z0-9_.-]*"
 
 
 wildcard_constraints:
     model="|".join(MODELS),
     corpus="|".join(CORPORA),
-
-
-def check_corpus_references():
-    """Every analysis names corpora that `corpora:` defines (the schema cannot say this)."""
-    analyses = config.get("analyses", {})
-    named = [
-        (f"analyses.{a}.corpora", c)
-        for a in ("weights", "norms")
-        for c in analyses.get(a, {}).get("corpora", [])
-    ]
-    named.append(
-        ("analyses.position.corpus", analyses.get("position", {}).get("corpus"))
-    )
-    for key, corpus in named:
-        if corpus not in config["corpora"]:
-            raise ValueError(
-                f"config: {key} names corpus {corpus!r}, which is not defined under "
-                f"corpora: (defined: {', '.join(CORPORA)})"
-            )
-
-
-check_corpus_references()
+    family="|".join(FAMILIES),
+    figure="[A-Za-z0-9_]+",
 
 
 def corpus_settings(wildcards):
@@ -52,10 +35,6 @@ def corpus_data_files(wildcards):
     """The files a corpus is built from: acquired data, or the user's file (kind clark)."""
     settings = config["corpora"][wildcards.corpus]
     if settings["kind"] == "clark":
-        if not settings.get("path"):
-            raise ValueError(
-                f"config: corpora.{wildcards.corpus}.path is required for kind clark"
-            )
         return [settings["path"]]
     return [f"resources/data/{f.relpath}" for f in files_for_kind(settings["kind"])]
 
@@ -63,6 +42,11 @@ def corpus_data_files(wildcards):
 def gpu_count(wildcards=None):
     """GPUs a model job asks the scheduler for: 1 only with device: cuda."""
     return 1 if config["device"] == "cuda" else 0
+
+
+def partition(wildcards=None):
+    """The cluster partition of a job: the GPU partition exactly when it asks for a GPU."""
+    return config["cluster"]["gpu_partition" if gpu_count() else "cpu_partition"]
 
 
 def manifest(wildcards):
@@ -73,143 +57,101 @@ def hidden_states(wildcards):
     return f"results/{wildcards.model}/{wildcards.corpus}/hidden_states.h5"
 
 
+def family_corpora(name):
+    """The corpora an enabled analysis family reads ([] when it is switched off)."""
+    settings = config["analyses"][name]
+    return FAMILIES[name].corpora(settings) if settings["enabled"] else []
+
+
+def family_targets(name):
+    """Every table and figure of one family (`snakemake <family>` builds them)."""
+    return FAMILIES[name].targets(config["analyses"][name], MODELS)
+
+
 def foundation_targets():
     """Every corpus encoded for every model; hidden states where an analysis reads them."""
-    corpora_used = set(config["analyses"]["weights"]["corpora"])
-    corpora_used |= set(config["analyses"]["norms"]["corpora"])
-    corpora_used.add(config["analyses"]["position"]["corpus"])
+    corpora_read = sorted({c for name in FAMILIES for c in family_corpora(name)})
     return (
         expand("results/{model}/model/manifest.json", model=MODELS)
         + expand("results/{model}/{corpus}/encoded.h5", model=MODELS, corpus=CORPORA)
         + expand(
             "results/{model}/{corpus}/hidden_states.h5",
             model=MODELS,
-            corpus=sorted(corpora_used),
+            corpus=corpora_read,
         )
     )
 
 
-# Attention weights
+def report_targets():
+    return ["results/software/versions.tsv", "results/software/config.yaml"]
 
 
-def weights_figure(name, suffix):
-    path = f"results/{{model}}/{{corpus}}/weights/figures/{name}.{suffix}"
-    if suffix != "svg":
-        return path
-    return report(
-        path,
-        caption=f"../report/weights/{name}.rst",
-        category="Attention weights (Clark et al. 2019)",
-        subcategory="{model} / {corpus}",
-    )
+# Figures: one generic rule per scope draws any declared figure (rules/figures.smk).
 
 
-def weights_figure_outputs(rule_name):
+def figure_names(scope):
+    """Regex of the figure names declared for a scope, for the rule's wildcard constraint."""
+    names = {
+        f.name for fam in FAMILIES.values() for f in fam.figures if f.scope == scope
+    }
+    return "|".join(sorted(names)) or "(?!)"
+
+
+def figure_declaration(wildcards):
+    """(Family, Figure) of a figure job; model-level paths name no family, only the figure."""
+    if "family" in wildcards.keys():
+        family = FAMILIES[wildcards.family]
+    else:
+        family = next(
+            fam
+            for fam in FAMILIES.values()
+            if any(
+                f.name == wildcards.figure and f.scope == "model" for f in fam.figures
+            )
+        )
+    return family, family.figure(wildcards.figure)
+
+
+def figure_tables(wildcards):
+    """{table stem: path} of a figure's tables (a list over models for an `all` figure)."""
+    family, figure = figure_declaration(wildcards)
+    if figure.scope == "all":
+        return {
+            file.split(".")[0]: expand(family.table(file, "model"), model=MODELS)
+            for file in figure.tables
+        }
     return {
-        f"{name}_{suffix}": weights_figure(name, suffix)
-        for name in WEIGHTS_FIGURES[rule_name]
-        for suffix in ("svg", "png")
+        file.split(".")[0]: family.table(file, figure.scope).format(**wildcards)
+        for file in figure.tables
     }
 
 
-def weights_targets():
-    """Every table and figure of the analysis, for every model and configured corpus."""
-    files = [f"weights/{name}.tsv" for name in WEIGHTS_TABLES]
-    files += [
-        f"weights/figures/{name}.{suffix}"
-        for names in WEIGHTS_FIGURES.values()
-        for name in names
-        for suffix in ("svg", "png")
-    ]
-    return expand(
-        "results/{model}/{corpus}/{file}",
-        model=MODELS,
-        corpus=WEIGHTS["corpora"],
-        file=files,
-    )
+def figure_params(wildcards):
+    """What the drawing script needs: family, figure, its settings, and the caption text."""
+    family, figure = figure_declaration(wildcards)
+    settings = {key: config["analyses"][family.name][key] for key in figure.settings}
+    if figure.scope == "all":
+        settings |= {"models": MODELS, "title": "all models"}
+    else:
+        place = [wildcards.model] + (
+            [wildcards.corpus] if figure.scope == "corpus" else []
+        )
+        settings["title"] = " / ".join(place)
+    caption = Path(workflow.basedir) / "report" / family.name / f"{figure.name}.rst"
+    return {
+        "family": family.name,
+        "name": figure.name,
+        "settings": settings,
+        "caption": caption.read_text(),
+    }
 
 
-# Vector norms
-
-
-def norms_figure(name, suffix):
-    path = f"results/{{model}}/{{corpus}}/norms/figures/{name}.{suffix}"
-    if suffix != "svg":
-        return path
-    return report(
-        path,
-        caption=f"../report/norms/{name}.rst",
-        category="Vector norms (Kobayashi et al. 2020)",
-        subcategory="{model} / {corpus}",
-    )
-
-
-def norms_targets():
-    """Every table and figure of the analysis, for every model and configured corpus."""
-    corpus_files = [f"norms/{name}.tsv" for name in NORMS_TABLES]
-    corpus_files.append("norms/attn_n_maps.h5")
-    corpus_files += [
-        f"norms/figures/{name}.{suffix}"
-        for name in NORMS_FIGURES
-        for suffix in ("svg", "png")
-    ]
-    model_files = ["model/affine_singular_values.tsv"] + [
-        f"model/figures/affine_singular_values.{suffix}" for suffix in ("svg", "png")
-    ]
-    return expand(
-        "results/{model}/{corpus}/{file}",
-        model=MODELS,
-        corpus=NORMS["corpora"],
-        file=corpus_files,
-    ) + expand("results/{model}/{file}", model=MODELS, file=model_files)
-
-
-# Position
+def figure_category(wildcards):
+    """Report category of a figure: its family's title."""
+    return figure_declaration(wildcards)[0].title
 
 
 def position_encoded(wildcards):
     """The position corpus encoded for this model: its first full sequence is the control."""
-    return f"results/{wildcards.model}/{POSITION['corpus']}/encoded.h5"
-
-
-def position_title(wildcards):
-    """Figure title: the model, and the corpus for corpus-level figures."""
-    corpus = wildcards.get("corpus")
-    return {"title": wildcards.model + (f" / {corpus}" if corpus else "")}
-
-
-def position_targets():
-    """Every position table and figure, for every model, on the configured position corpus."""
-    model_tables = ["pe_spectrum", "pe_pca", "wa_singular_values", "rotation_angles"]
-    targets = expand(
-        "results/{model}/model/{table}.tsv", model=MODELS, table=model_tables
-    )
-    targets += expand(
-        "results/{model}/model/figures/{figure}.{ext}",
-        model=MODELS,
-        figure=POSITION_MODEL_FIGURES,
-        ext=["svg", "png"],
-    )
-    targets += expand(
-        "results/{model}/{corpus}/position/{table}",
-        model=MODELS,
-        corpus=POSITION["corpus"],
-        table=POSITION_CORPUS_TABLES,
-    )
-    targets += expand(
-        "results/{model}/{corpus}/position/figures/{figure}.{ext}",
-        model=MODELS,
-        corpus=POSITION["corpus"],
-        figure=POSITION_CORPUS_FIGURES,
-        ext=["svg", "png"],
-    )
-    return targets + expand(
-        "results/position_pe_spectra_models.{ext}", ext=["svg", "png"]
-    )
-
-
-# Report
-
-
-def report_targets():
-    return ["results/software/versions.tsv", "results/software/config.yaml"]
+    corpus = config["analyses"]["position"]["corpus"]
+    return f"results/{wildcards.model}/{corpus}/encoded.h5"

@@ -16,6 +16,7 @@ rule extract_hidden_states:
     threads: 4
     resources:
         gpu=gpu_count,
+        slurm_partition=partition,
     params:
         batch_size=config["batch_size"],
         device=config["device"],

@@ -1,47 +1,15 @@
-# Position analyses (Yamamoto & Matsuzaki; ANALYSES.md §4): position-embedding spectra and PCA,
-# the SVD of W^A = W^Q (W^K)^T and the rotation R per head (weights only, on the CPU), then one
-# streaming pass over the position corpus for tr_t(A), spectra of X/Q/K, eigen-waves and
-# xcov/xcorr, k-means over tr_t(A), and figures drawn from the tables.
+# Position analyses (Yamamoto & Matsuzaki; ANALYSES.md section 4): position-embedding spectra and
+# PCA, the SVD of W^A = W^Q (W^K)^T and the rotation R per head (weights only, on the CPU), then
+# one streaming pass over the position corpus for tr_t(A), spectra of X/Q/K, eigen-waves and
+# xcov/xcorr, and k-means over tr_t(A). Outputs: scripts/attnscope/analyses/position/outputs.py.
 
 POSITION = config["analyses"]["position"]
-POSITION_REPORT = "Position (Yamamoto & Matsuzaki)"
-# Figures: scope -> (table folder, log folder, report subcategory), and figure -> its tables.
-POSITION_FIGURE_SCOPES = {
-    "model": ("results/{model}/model", "results/{model}/logs", "{model} / model"),
-    "corpus": (
-        "results/{model}/{corpus}/position",
-        "results/{model}/{corpus}/logs",
-        "{model} / {corpus}",
-    ),
-}
-POSITION_FIGURE_TABLES = {
-    "model": {
-        "pe_spectrum": {"spectrum": "pe_spectrum.tsv"},
-        "pe_pca": {"pca": "pe_pca.tsv"},
-        "wa_singular_values": {"singular": "wa_singular_values.tsv"},
-        "rotation_angles": {"angles": "rotation_angles.tsv"},
-    },
-    "corpus": {
-        "trt_clusters": {"shares": "trt_clusters.tsv"},
-        "trt_centres": {"centres": "trt_centres.tsv"},
-        "spectra": {"spectra": "spectra.tsv"},
-        "g_map": {"g_map": "g_map.tsv"},
-        "xcorr": {"xcorr": "xcorr.tsv", "xcov_sum": "xcov_sum.tsv"},
-    },
-}
-POSITION_MODEL_FIGURES = list(POSITION_FIGURE_TABLES["model"])
-POSITION_CORPUS_FIGURES = list(POSITION_FIGURE_TABLES["corpus"])
-POSITION_CORPUS_TABLES = [
-    "trt.tsv.gz",
-    "trt_clusters.tsv",
-    "trt_centres.tsv",
-    "spectra.tsv",
-    "shifts.tsv",
-    "g_map.tsv",
-    "xcorr.tsv",
-    "xcov_sum.tsv",
-    "identity_check.tsv",
-]
+POSITION_OUT = FAMILIES["position"]
+
+
+rule position:
+    input:
+        family_targets("position"),
 
 
 rule position_embeddings:
@@ -49,8 +17,8 @@ rule position_embeddings:
         manifest=manifest,
         encoded=position_encoded,
     output:
-        spectrum="results/{model}/model/pe_spectrum.tsv",
-        pca="results/{model}/model/pe_pca.tsv",
+        spectrum=POSITION_OUT.table("pe_spectrum.tsv", "model"),
+        pca=POSITION_OUT.table("pe_pca.tsv", "model"),
     log:
         "results/{model}/logs/position_embeddings.log",
     conda:
@@ -63,8 +31,8 @@ rule position_svd:
     input:
         manifest=manifest,
     output:
-        singular_values="results/{model}/model/wa_singular_values.tsv",
-        angles="results/{model}/model/rotation_angles.tsv",
+        singular_values=POSITION_OUT.table("wa_singular_values.tsv", "model"),
+        angles=POSITION_OUT.table("rotation_angles.tsv", "model"),
     log:
         "results/{model}/logs/position_svd.log",
     benchmark:
@@ -83,13 +51,13 @@ rule position_corpus:
         manifest=manifest,
         hidden_states=hidden_states,
     output:
-        trt="results/{model}/{corpus}/position/trt.tsv.gz",
-        spectra="results/{model}/{corpus}/position/spectra.tsv",
-        shifts="results/{model}/{corpus}/position/shifts.tsv",
-        g_map="results/{model}/{corpus}/position/g_map.tsv",
-        xcorr="results/{model}/{corpus}/position/xcorr.tsv",
-        xcov_sum="results/{model}/{corpus}/position/xcov_sum.tsv",
-        identity="results/{model}/{corpus}/position/identity_check.tsv",
+        trt=POSITION_OUT.table("trt.tsv.gz"),
+        spectra=POSITION_OUT.table("spectra.tsv"),
+        shifts=POSITION_OUT.table("shifts.tsv"),
+        g_map=POSITION_OUT.table("g_map.tsv"),
+        xcorr=POSITION_OUT.table("xcorr.tsv"),
+        xcov_sum=POSITION_OUT.table("xcov_sum.tsv"),
+        identity=POSITION_OUT.table("identity_check.tsv"),
     log:
         "results/{model}/{corpus}/logs/position_corpus.log",
     benchmark:
@@ -99,6 +67,7 @@ rule position_corpus:
     threads: 4
     resources:
         gpu=gpu_count,
+        slurm_partition=partition,
     params:
         t_max=POSITION["t_max"],
         xcorr_t_max=POSITION["xcorr_t_max"],
@@ -112,10 +81,10 @@ rule position_corpus:
 
 rule position_clusters:
     input:
-        trt="results/{model}/{corpus}/position/trt.tsv.gz",
+        trt=POSITION_OUT.table("trt.tsv.gz"),
     output:
-        shares="results/{model}/{corpus}/position/trt_clusters.tsv",
-        centres="results/{model}/{corpus}/position/trt_centres.tsv",
+        shares=POSITION_OUT.table("trt_clusters.tsv"),
+        centres=POSITION_OUT.table("trt_centres.tsv"),
     log:
         "results/{model}/{corpus}/logs/position_clusters.log",
     benchmark:
@@ -127,54 +96,3 @@ rule position_clusters:
         seed=POSITION["seed"],
     script:
         "../scripts/position_clusters.py"
-
-
-# Figures, drawn from the tables only: one rule per figure (each has its own report caption).
-for scope, figures in POSITION_FIGURE_TABLES.items():
-    folder, log_folder, subcategory = POSITION_FIGURE_SCOPES[scope]
-    for figure, tables in figures.items():
-
-        rule:
-            name:
-                f"position_figure_{figure}"
-            input:
-                **{key: f"{folder}/{table}" for key, table in tables.items()},
-            output:
-                svg=report(
-                    f"{folder}/figures/{figure}.svg",
-                    caption=f"../report/position/{figure}.rst",
-                    category=POSITION_REPORT,
-                    subcategory=subcategory,
-                ),
-                png=f"{folder}/figures/{figure}.png",
-            log:
-                f"{log_folder}/position_figure_{figure}.log",
-            conda:
-                "../envs/plots.yaml"
-            params:
-                figure=figure,
-                options=position_title,
-            script:
-                "../scripts/position_figure.py"
-
-
-rule position_figure_pe_spectra_models:
-    input:
-        spectrum=expand("results/{model}/model/pe_spectrum.tsv", model=MODELS),
-    output:
-        svg=report(
-            "results/position_pe_spectra_models.svg",
-            caption="../report/position/pe_spectra_models.rst",
-            category=POSITION_REPORT,
-            subcategory="all models",
-        ),
-        png="results/position_pe_spectra_models.png",
-    log:
-        "results/logs/position_figure_pe_spectra_models.log",
-    conda:
-        "../envs/plots.yaml"
-    params:
-        figure="pe_spectra_models",
-        options={"models": MODELS, "title": "position embeddings"},
-    script:
-        "../scripts/position_figure.py"

@@ -1,19 +1,13 @@
 # Attention-weight analyses and head clustering (Clark et al. 2019; ANALYSES.md section 1).
+# Outputs are declared in scripts/attnscope/analyses/weights/outputs.py.
 
 WEIGHTS = config["analyses"]["weights"]
-WEIGHTS_TABLES = [
-    "heads",
-    "layers",
-    "gradients",
-    "head_distances",
-    "head_map",
-    "linkage",
-]
-WEIGHTS_FIGURES = {
-    "weights_figures_stats": ["relative_position", "special_tokens", "entropy"],
-    "weights_figure_gradients": ["gradients"],
-    "weights_figures_map": ["head_map", "dendrogram"],
-}
+WEIGHTS_OUT = FAMILIES["weights"]
+
+
+rule weights:
+    input:
+        family_targets("weights"),
 
 
 rule weights_stats:
@@ -21,8 +15,8 @@ rule weights_stats:
         manifest=manifest,
         hidden_states=hidden_states,
     output:
-        heads="results/{model}/{corpus}/weights/heads.tsv",
-        layers="results/{model}/{corpus}/weights/layers.tsv",
+        heads=WEIGHTS_OUT.table("heads.tsv"),
+        layers=WEIGHTS_OUT.table("layers.tsv"),
     log:
         "results/{model}/{corpus}/logs/weights_stats.log",
     benchmark:
@@ -32,6 +26,7 @@ rule weights_stats:
     threads: 4
     resources:
         gpu=gpu_count,
+        slurm_partition=partition,
     params:
         device=config["device"],
         batch_size=config["batch_size"],
@@ -43,11 +38,11 @@ rule weights_distances:
     input:
         manifest=manifest,
         hidden_states=hidden_states,
-        heads="results/{model}/{corpus}/weights/heads.tsv",
+        heads=WEIGHTS_OUT.table("heads.tsv"),
     output:
-        distances="results/{model}/{corpus}/weights/head_distances.tsv",
-        head_map="results/{model}/{corpus}/weights/head_map.tsv",
-        linkage="results/{model}/{corpus}/weights/linkage.tsv",
+        distances=WEIGHTS_OUT.table("head_distances.tsv"),
+        head_map=WEIGHTS_OUT.table("head_map.tsv"),
+        linkage=WEIGHTS_OUT.table("linkage.tsv"),
     log:
         "results/{model}/{corpus}/logs/weights_distances.log",
     benchmark:
@@ -57,6 +52,7 @@ rule weights_distances:
     threads: 4
     resources:
         gpu=gpu_count,
+        slurm_partition=partition,
     params:
         device=config["device"],
         batch_size=WEIGHTS["distance_batch_size"],
@@ -78,7 +74,7 @@ rule weights_gradients:
         manifest=manifest,
         hidden_states=hidden_states,
     output:
-        "results/{model}/{corpus}/weights/gradients.tsv",
+        WEIGHTS_OUT.table("gradients.tsv"),
     log:
         "results/{model}/{corpus}/logs/weights_gradients.log",
     benchmark:
@@ -88,6 +84,7 @@ rule weights_gradients:
     threads: 4
     resources:
         gpu=gpu_count,
+        slurm_partition=partition,
     params:
         device=config["device"],
         batch_size=config["batch_size"],
@@ -96,44 +93,3 @@ rule weights_gradients:
         seed=WEIGHTS["seed"],
     script:
         "../scripts/weights_gradients.py"
-
-
-rule weights_figures_stats:
-    input:
-        heads="results/{model}/{corpus}/weights/heads.tsv",
-        layers="results/{model}/{corpus}/weights/layers.tsv",
-    output:
-        **weights_figure_outputs("weights_figures_stats"),
-    log:
-        "results/{model}/{corpus}/logs/weights_figures_stats.log",
-    conda:
-        "../envs/plots.yaml"
-    script:
-        "../scripts/weights_figures.py"
-
-
-rule weights_figure_gradients:
-    input:
-        gradients="results/{model}/{corpus}/weights/gradients.tsv",
-    output:
-        **weights_figure_outputs("weights_figure_gradients"),
-    log:
-        "results/{model}/{corpus}/logs/weights_figure_gradients.log",
-    conda:
-        "../envs/plots.yaml"
-    script:
-        "../scripts/weights_figures.py"
-
-
-rule weights_figures_map:
-    input:
-        head_map="results/{model}/{corpus}/weights/head_map.tsv",
-        linkage="results/{model}/{corpus}/weights/linkage.tsv",
-    output:
-        **weights_figure_outputs("weights_figures_map"),
-    log:
-        "results/{model}/{corpus}/logs/weights_figures_map.log",
-    conda:
-        "../envs/plots.yaml"
-    script:
-        "../scripts/weights_figures.py"

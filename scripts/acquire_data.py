@@ -3,6 +3,6 @@
 from attnscope.data.datasets import acquire
 from attnscope.pipeline import runlog
 
-log = runlog.start(snakemake)  # noqa: F821
-origin = acquire(snakemake.params.relpath, snakemake.output[0], snakemake.params.mirror)  # noqa: F821
-log.info("%s from %s: SHA-256 verified", snakemake.params.relpath, origin)  # noqa: F821
+log = runlog.start(snakemake)
+origin = acquire(snakemake.params.relpath, snakemake.output[0], snakemake.params.mirror)
+log.info("%s from %s: SHA-256 verified", snakemake.params.relpath, origin)

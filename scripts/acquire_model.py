@@ -3,11 +3,11 @@
 from attnscope.pipeline import runlog
 from attnscope.pipeline.models import build_manifest, write_manifest
 
-log = runlog.start(snakemake)  # noqa: F821
+log = runlog.start(snakemake)
 manifest = build_manifest(
-    snakemake.wildcards.model,  # noqa: F821
-    snakemake.params.spec,  # noqa: F821
-    mirror=snakemake.params.mirror,  # noqa: F821
+    snakemake.wildcards.model,
+    snakemake.params.spec,
+    mirror=snakemake.params.mirror,
 )
 log.info(
     "model %s: %s %s at %s",
@@ -16,4 +16,4 @@ log.info(
     manifest["revision"],
     manifest["path"],
 )
-write_manifest(snakemake.output[0], manifest)  # noqa: F821
+write_manifest(snakemake.output[0], manifest)

@@ -4,6 +4,6 @@ import yaml
 
 from attnscope.pipeline import runlog
 
-log = runlog.start(snakemake)  # noqa: F821
-with open(snakemake.output[0], "w") as f:  # noqa: F821
-    yaml.safe_dump(dict(snakemake.params.config), f, sort_keys=False)  # noqa: F821
+log = runlog.start(snakemake)
+with open(snakemake.output[0], "w") as f:
+    yaml.safe_dump(dict(snakemake.params.config), f, sort_keys=False)

@@ -6,17 +6,17 @@ from attnscope.data.corpora import encode_corpus, write_encoded
 from attnscope.pipeline import runlog
 from attnscope.pipeline.models import read_manifest
 
-log = runlog.start(snakemake)  # noqa: F821
-settings = dict(snakemake.params.settings)  # noqa: F821
+log = runlog.start(snakemake)
+settings = dict(snakemake.params.settings)
 kind = settings["kind"]
-manifest = read_manifest(snakemake.input.manifest)  # noqa: F821
+manifest = read_manifest(snakemake.input.manifest)
 tokenizer = AutoTokenizer.from_pretrained(manifest["path"])
-corpus = encode_corpus(kind, list(snakemake.input.data), tokenizer, settings)  # noqa: F821
-write_encoded(snakemake.output[0], corpus)  # noqa: F821
+corpus = encode_corpus(kind, list(snakemake.input.data), tokenizer, settings)
+write_encoded(snakemake.output[0], corpus)
 lengths = corpus.attention_mask.sum(axis=1)
 log.info(
     "corpus %s (kind %s): %d sequences, mean real length %.1f (max %d), %d dropped as too long",
-    snakemake.wildcards.corpus,  # noqa: F821
+    snakemake.wildcards.corpus,
     kind,
     len(corpus.meta),
     lengths.mean(),

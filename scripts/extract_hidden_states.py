@@ -6,16 +6,16 @@ from attnscope.pipeline import runlog
 from attnscope.pipeline.extract import extract, manifest_attrs
 from attnscope.pipeline.models import open_model
 
-log = runlog.start(snakemake)  # noqa: F821
-loaded = open_model(snakemake.input.manifest, snakemake.params.device, log)  # noqa: F821
+log = runlog.start(snakemake)
+loaded = open_model(snakemake.input.manifest, snakemake.params.device, log)
 manifest, model, device = loaded.manifest, loaded.model, loaded.device
 summary = extract(
     model,
-    snakemake.input.encoded,  # noqa: F821
-    snakemake.output[0],  # noqa: F821
-    batch_size=snakemake.params.batch_size,  # noqa: F821
+    snakemake.input.encoded,
+    snakemake.output[0],
+    batch_size=snakemake.params.batch_size,
     device=device,
-    dtype=snakemake.params.dtype,  # noqa: F821
+    dtype=snakemake.params.dtype,
     attrs=manifest_attrs(manifest),
     log=sys.stderr,
 )

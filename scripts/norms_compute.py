@@ -1,18 +1,17 @@
 """||x||, ||f(x)||, alpha vs ||f(x)|| and the head-summed norm maps of one model on one corpus."""
 
 from attnscope.analyses.norms.corpus import analyse_corpus
+from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates, atomic_h5
 from attnscope.pipeline import runlog
 from attnscope.pipeline.models import open_model
 
-log = runlog.start(snakemake)  # noqa: F821
-params = snakemake.params  # noqa: F821
-output = snakemake.output  # noqa: F821
-if params.scatter_max_points > params.spearman_sample_size:
-    raise ValueError("analyses.norms: scatter_max_points must not exceed spearman_sample_size")
-loaded = open_model(snakemake.input.manifest, params.device, log)  # noqa: F821
+log = runlog.start(snakemake)
+params = snakemake.params
+output = snakemake.output
+loaded = open_model(snakemake.input.manifest, params.device, log)
 model, weights, device = loaded.model, loaded.weights, loaded.device
-with HiddenStates(snakemake.input.hidden_states) as store, atomic_h5(output.maps) as maps:  # noqa: F821
+with HiddenStates(snakemake.input.hidden_states) as store, atomic_h5(output.maps) as maps:
     log.info("%d sequences of at most %d pieces", store.n_sequences, store.length)
     accumulator, residual = analyse_corpus(
         store,
@@ -30,5 +29,5 @@ with HiddenStates(snakemake.input.hidden_states) as store, atomic_h5(output.maps
 tables = accumulator.tables(params.sample_rate, params.scatter_max_points)
 tables["decomposition_check"] = residual
 for name, table in tables.items():
-    table.to_csv(output[name], sep="\t", index=False)
+    write_table(table, output[name])
 log.info("wrote %d tables and %s", len(tables), output.maps)

@@ -7,13 +7,14 @@ from attnscope.analyses.position.embeddings import (
     first_full_input,
     pca_cumulative_variance,
 )
+from attnscope.core.files import write_table
 from attnscope.pipeline import runlog
 from attnscope.pipeline.models import open_model
 
-log = runlog.start(snakemake)  # noqa: F821
-loaded = open_model(snakemake.input.manifest)  # noqa: F821
+log = runlog.start(snakemake)
+loaded = open_model(snakemake.input.manifest)
 manifest, weights = loaded.manifest, loaded.weights
-with h5py.File(snakemake.input.encoded, "r") as f:  # noqa: F821
+with h5py.File(snakemake.input.encoded, "r") as f:
     pieces = first_full_input(f["input_ids"][()], f["attention_mask"][()])
 log.info(
     "%s: position embeddings %s, control input of %d pieces",
@@ -22,9 +23,9 @@ log.info(
     len(pieces),
 )
 spectra = embedding_spectra(weights.position_embeddings, weights.word_embeddings, pieces)
-spectra.to_csv(snakemake.output.spectrum, sep="\t", index=False)  # noqa: F821
+write_table(spectra, snakemake.output.spectrum)
 pca = pca_cumulative_variance(weights.position_embeddings)
-pca.to_csv(snakemake.output.pca, sep="\t", index=False)  # noqa: F821
+write_table(pca, snakemake.output.pca)
 for k in (4, 12):
     if k <= len(pca):
         log.info("cumulative variance at %d components: %.4f", k, pca.cumulative_variance[k - 1])

@@ -6,9 +6,10 @@ import sys
 
 import pandas as pd
 
+from attnscope.core.files import write_table
 from attnscope.pipeline import runlog
 
-log = runlog.start(snakemake)  # noqa: F821
+log = runlog.start(snakemake)
 rows = [{"package": "python", "version": sys.version.split()[0]}]
 rows.append({"package": "platform", "version": platform.platform()})
 rows += sorted(
@@ -18,5 +19,5 @@ rows += sorted(
     ),
     key=lambda row: row["package"].lower(),
 )
-pd.DataFrame(rows).drop_duplicates("package").to_csv(snakemake.output[0], sep="\t", index=False)  # noqa: F821
+write_table(pd.DataFrame(rows).drop_duplicates("package"), snakemake.output[0])
 log.info("%d packages", len(rows))

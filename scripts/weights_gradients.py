@@ -2,15 +2,16 @@
 
 from attnscope.analyses.weights.gradients import gradient_importance, not_applicable
 from attnscope.architectures import load_model
+from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates
 from attnscope.pipeline import runlog
 from attnscope.pipeline.models import pick_device, read_manifest
 
-log = runlog.start(snakemake)  # noqa: F821
-params = snakemake.params  # noqa: F821
-manifest = read_manifest(snakemake.input.manifest)  # noqa: F821
+log = runlog.start(snakemake)
+params = snakemake.params
+manifest = read_manifest(snakemake.input.manifest)
 device = pick_device(params.device)
-with HiddenStates(snakemake.input.hidden_states) as store:  # noqa: F821
+with HiddenStates(snakemake.input.hidden_states) as store:
     if not manifest["has_mlm_head"]:
         log.info("model %s has no masked-LM head: not applicable", manifest["name"])
         table = not_applicable(store.n_layers)
@@ -31,5 +32,5 @@ with HiddenStates(snakemake.input.hidden_states) as store:  # noqa: F821
             params.n_sequences or None,
             log,
         )
-table.to_csv(snakemake.output[0], sep="\t", index=False)  # noqa: F821
-log.info("wrote %s", snakemake.output[0])  # noqa: F821
+write_table(table, snakemake.output[0])
+log.info("wrote %s", snakemake.output[0])

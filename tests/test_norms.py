@@ -11,19 +11,15 @@ import pytest
 import torch
 from scipy.stats import rankdata, spearmanr
 
-from attnscope.analyses.norms.affine import singular_value_table
-from attnscope.analyses.norms.corpus import (
-    BottomKSample,
-    DecompositionError,
-    Moments,
-    NormsAccumulator,
-    analyse_corpus,
-    head_summed_norms,
-    spearman,
-)
+from attnscope.analyses.norms.affine import affine_singular_value_table
+from attnscope.analyses.norms.corpus import analyse_corpus
+from attnscope.analyses.norms.statistics import NormsAccumulator, spearman
+from attnscope.analyses.norms.summed_norms import head_summed_norms
 from attnscope.architectures import architecture, base_model, canonical_weights
 from attnscope.core.attention import attention_output, attention_probs, value_vectors
+from attnscope.core.checks import CheckError
 from attnscope.core.store import HiddenStates, atomic_h5
+from attnscope.core.streaming import BottomKSample, Moments
 from attnscope.core.tokens import CATEGORY_NAMES, CLS, OTHER, PUNCT, SEP
 from conftest import tiny_batch, tiny_model, write_tiny_store
 
@@ -88,7 +84,7 @@ def test_analysis_fails_when_decomposition_breaks(tmp_path):
     weights = canonical_weights(model)
     broken = dataclasses.replace(weights.layers[1], b_O=weights.layers[1].b_O + 1.0)
     weights = dataclasses.replace(weights, layers=[weights.layers[0], broken])
-    with HiddenStates(store_path) as store, pytest.raises(DecompositionError, match="layer 2"):
+    with HiddenStates(store_path) as store, pytest.raises(CheckError, match="layer 2"):
         with atomic_h5(tmp_path / "maps.h5") as maps:
             analyse_corpus(
                 store,
@@ -108,7 +104,7 @@ def test_analysis_fails_when_decomposition_breaks(tmp_path):
 def test_singular_values_match_dense_svd(family):
     """The QR route gives the top d'+1 singular values of the dense augmented product."""
     model = tiny_model(family)
-    table = singular_value_table(canonical_weights(model))
+    table = affine_singular_value_table(canonical_weights(model))
     H, d = model.config.num_attention_heads, model.config.hidden_size
     dh = d // H
     core = base_model(model)
@@ -351,17 +347,25 @@ def test_figures_draw_from_tables(tmp_path):
             max_rel_residual=1e-4,
         )
     tables = acc.tables(sample_rate=0.5, scatter_points=50)
+    tables["affine_singular_values"] = affine_singular_value_table(weights)
+    arguments = {
+        "affine_singular_values": {"affine_singular_values", "seed"},
+        "alpha_fx_scatter": {"alpha_fx_sample", "alpha_fx_spearman"},
+        "sep_heads": {"sep_heads"},
+        "token_class_layer": {"token_class_layer"},
+    }
+    assert set(arguments) == set(norms_plots.FIGURES)
     figures = {
-        "affine": norms_plots.affine_singular_values(singular_value_table(weights), seed=1),
-        "scatter": norms_plots.alpha_fx_scatter(
-            tables["alpha_fx_sample"], tables["alpha_fx_spearman"]
-        ),
-        "sep": norms_plots.sep_heatmaps(tables["sep_heads"]),
-        "classes": norms_plots.token_class_layer(tables["token_class_layer"]),
+        name: norms_plots.FIGURES[name](
+            **{k: tables[k] for k in names if k in tables}, seed=1, title=name
+        )
+        if "seed" in names
+        else norms_plots.FIGURES[name](**{k: tables[k] for k in names}, title=name)
+        for name, names in arguments.items()
     }
     for name, fig in figures.items():
         save_figure(fig, tmp_path / f"{name}.svg", tmp_path / f"{name}.png")
         assert (tmp_path / f"{name}.png").stat().st_size > 0
-    chosen = norms_plots.heads_per_layer(singular_value_table(weights), seed=1)
-    assert chosen == norms_plots.heads_per_layer(singular_value_table(weights), seed=1)
+    chosen = norms_plots.heads_per_layer(affine_singular_value_table(weights), seed=1)
+    assert chosen == norms_plots.heads_per_layer(affine_singular_value_table(weights), seed=1)
     assert sorted(chosen) == [1, 2] and all(1 <= h <= 4 for h in chosen.values())

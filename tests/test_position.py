@@ -17,7 +17,7 @@ from attnscope.analyses.position.bilinear import (
     rotation_table,
     score_input,
     score_weights,
-    singular_value_table,
+    wa_singular_value_table,
 )
 from attnscope.analyses.position.diagonals import cluster_profiles, diagonal_sums, select_heads
 from attnscope.analyses.position.embeddings import (
@@ -243,19 +243,21 @@ def test_every_figure_draws(tmp_path):
     shares, centres = cluster_profiles(position_scan.trt_table(result), 6, 0)
 
     tables = {
-        "pe_spectrum": {"spectrum": spectrum},
-        "pe_pca": {"pca": pca_cumulative_variance(weights.position_embeddings)},
-        "wa_singular_values": {"singular": pd.concat(singular_value_table(f, l) for f, l in forms)},
-        "rotation_angles": {"angles": pd.concat(rotation_table(f, l) for f, l in forms)},
-        "trt_clusters": {"shares": shares},
-        "trt_centres": {"centres": centres},
+        "pe_spectrum": {"pe_spectrum": spectrum},
+        "pe_pca": {"pe_pca": pca_cumulative_variance(weights.position_embeddings)},
+        "wa_singular_values": {
+            "wa_singular_values": pd.concat(wa_singular_value_table(f, l) for f, l in forms)
+        },
+        "rotation_angles": {"rotation_angles": pd.concat(rotation_table(f, l) for f, l in forms)},
+        "trt_clusters": {"trt_clusters": shares},
+        "trt_centres": {"trt_centres": centres},
         "spectra": {"spectra": position_scan.spectra_table(result)},
         "g_map": {"g_map": position_scan.g_map_table(result, heads)},
         "xcorr": {
             "xcorr": position_scan.xcorr_table(result, heads),
             "xcov_sum": position_scan.xcov_sum_table(result),
         },
-        "pe_spectra_models": {"spectrum": [spectrum, spectrum], "models": ["a", "b"]},
+        "pe_spectra_models": {"pe_spectrum": [spectrum, spectrum], "models": ["a", "b"]},
     }
     assert set(tables) == set(position_plots.FIGURES)
     for name, kwargs in tables.items():

@@ -14,6 +14,7 @@ import torch
 from snakemake.iocontainers import Namedlist
 
 from attnscope.analyses.weights import head_distances as hd
+from attnscope.analyses.weights.behaviours import behaviour
 from attnscope.analyses.weights.gradients import (
     CATEGORIES,
     NOT_APPLICABLE,
@@ -22,10 +23,10 @@ from attnscope.analyses.weights.gradients import (
     gradient_importance,
     sequence_losses,
 )
+from attnscope.analyses.weights.outputs import FAMILY as WEIGHTS
 from attnscope.analyses.weights.statistics import (
     HEAD_STATISTICS,
     attention_statistics,
-    behaviour,
     sequence_statistics,
 )
 from attnscope.architectures import architecture, canonical_weights
@@ -414,15 +415,14 @@ def test_entry_scripts_write_tables_and_figures(tmp_path, family_name):
     assert list(head_map.columns) == ["layer", "head", "mds_x", "mds_y", "cluster", "behaviour"]
     gradients = pd.read_csv(tables["gradients"], sep="\t")
     assert set(gradients["status"]) == {NOT_APPLICABLE} and gradients["importance"].isna().all()
-    figures = {}
-    for name in ("relative_position", "special_tokens", "entropy", "gradients", "head_map",
-                 "dendrogram"):  # fmt: skip
-        for suffix in ("svg", "png"):
-            figures[f"{name}_{suffix}"] = out / "figures" / f"{name}.{suffix}"
-    run_script("weights_figures", {k: tables[k] for k in ("heads", "layers", "gradients",
-               "head_map", "linkage")}, figures)  # fmt: skip
-    for path in figures.values():
-        assert path.stat().st_size > 1000, path
+    tables["distances"].rename(out / "head_distances.tsv")
+    for figure in WEIGHTS.figures:
+        drawn = {suffix: out / "figures" / f"{figure.name}.{suffix}" for suffix in ("svg", "png")}
+        inputs = {file.split(".")[0]: out / file for file in figure.tables}
+        spec = {"family": "weights", "name": figure.name, "settings": {"title": "tiny"}}
+        run_script("draw_figure", inputs, drawn, figure=spec)
+        for path in drawn.values():
+            assert path.stat().st_size > 1000, path
     assert math.isfinite(heads["entropy"].sum())
 
 

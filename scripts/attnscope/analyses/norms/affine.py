@@ -19,6 +19,7 @@ import pandas as pd
 import torch
 
 from attnscope.core.canonical import CanonicalLayer, CanonicalModel
+from attnscope.core.tables import indexed_table
 
 
 def augmented_value(W_V: torch.Tensor, b_V: torch.Tensor) -> torch.Tensor:
@@ -55,10 +56,8 @@ def affine_singular_values(layer: CanonicalLayer) -> torch.Tensor:
     return torch.stack(values).cpu()
 
 
-def singular_value_table(weights: CanonicalModel) -> pd.DataFrame:
+def affine_singular_value_table(weights: CanonicalModel) -> pd.DataFrame:
     """Tidy table `layer head index singular_value` (all 1-based; index 1 = largest)."""
-    rows = []
-    for l, layer in enumerate(weights.layers, start=1):
-        for h, values in enumerate(affine_singular_values(layer).tolist(), start=1):
-            rows += [(l, h, k, v) for k, v in enumerate(values, start=1)]
-    return pd.DataFrame(rows, columns=["layer", "head", "index", "singular_value"])
+    values = torch.stack([affine_singular_values(layer) for layer in weights.layers])
+    L, H, k = values.shape
+    return indexed_table({"singular_value": values.double().numpy()}, layer=L, head=H, index=k)

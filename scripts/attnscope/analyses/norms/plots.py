@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
+import attnscope.core.plotting  # noqa: F401  (the shared look; sets the Agg backend)
+
 CATEGORY_ORDER = ["CLS", "SEP", "punct", "other"]
 
 
@@ -21,9 +23,10 @@ def heads_per_layer(table: pd.DataFrame, seed: int) -> dict[int, int]:
     return {int(layer): int(h) for layer, h in zip(layers, drawn, strict=True)}
 
 
-def affine_singular_values(table: pd.DataFrame, seed: int):
+def affine_singular_values(affine_singular_values: pd.DataFrame, title: str, seed: int):
     """Left: sorted singular values of f for one seeded head per layer (Fig. 2).
     Right: the largest / smallest singular value ratio of every head."""
+    table = affine_singular_values
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2), width_ratios=[1.2, 1])
     chosen = heads_per_layer(table, seed)
     palette = sns.color_palette("viridis", len(chosen))
@@ -37,12 +40,14 @@ def affine_singular_values(table: pd.DataFrame, seed: int):
     ratio = (ends["max"] / ends["min"]).unstack("head")
     sns.heatmap(ratio, ax=right, cmap="magma", cbar_kws={"label": "max / min singular value"})
     right.set_title(f"all heads (smallest ratio {ratio.min().min():.2f})")
+    fig.suptitle(title)
     fig.tight_layout()
     return fig
 
 
-def alpha_fx_scatter(sample: pd.DataFrame, spearman: pd.DataFrame):
+def alpha_fx_scatter(alpha_fx_sample: pd.DataFrame, alpha_fx_spearman: pd.DataFrame, title: str):
     """alpha vs ||f(x)|| for the scatter sample, one colour per key category (Fig. 3)."""
+    sample, spearman = alpha_fx_sample, alpha_fx_spearman
     rho = dict(zip(spearman["category"], spearman["spearman"], strict=True))
     labels = {c: f"{c} (Spearman {rho.get(c, np.nan):.2f})" for c in CATEGORY_ORDER}
     data = sample.assign(category=sample["category"].map(labels))
@@ -59,33 +64,36 @@ def alpha_fx_scatter(sample: pd.DataFrame, spearman: pd.DataFrame):
         rasterized=True,
         ax=ax,
     )
-    ax.set(xlabel="attention weight alpha", ylabel="||f(x)||")
+    ax.set(xlabel="attention weight alpha", ylabel="||f(x)||", title=title)
     ax.legend(title="key category", markerscale=3, fontsize="small")
     fig.tight_layout()
     return fig
 
 
-def sep_heatmaps(table: pd.DataFrame):
+def sep_heads(sep_heads: pd.DataFrame, title: str):
     """Layer x head heatmaps of the alpha summed over [SEP] and the mean ||f(x_[SEP])|| (Fig. 4)."""
+    table = sep_heads
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     titles = {
         "alpha_sep": "alpha summed over [SEP] (mean per query)",
         "fx_sep": "mean ||f(x_[SEP])||",
     }
-    for ax, (column, title) in zip(axes, titles.items(), strict=True):
+    for ax, (column, panel) in zip(axes, titles.items(), strict=True):
         grid = table.pivot(index="layer", columns="head", values=column)
         sns.heatmap(grid, ax=ax, cmap="Blues", cbar_kws={"label": column})
-        ax.set_title(title)
+        ax.set_title(panel)
+    fig.suptitle(title)
     fig.tight_layout()
     return fig
 
 
-def token_class_layer(table: pd.DataFrame):
+def token_class_layer(token_class_layer: pd.DataFrame, title: str):
     """Per layer, stacked alpha and ||alpha f(x)|| summed over each key category (Fig. 5)."""
+    table = token_class_layer
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     colours = dict(zip(CATEGORY_ORDER, sns.color_palette("deep", 4), strict=True))
     titles = {"alpha": "alpha (weights)", "alpha_fx": "||alpha f(x)|| (norms)"}
-    for ax, (column, title) in zip(axes, titles.items(), strict=True):
+    for ax, (column, panel) in zip(axes, titles.items(), strict=True):
         grid = table.pivot(index="layer", columns="category", values=column)
         grid = grid[[c for c in CATEGORY_ORDER if c in grid]]
         bottom = np.zeros(len(grid))
@@ -96,7 +104,13 @@ def token_class_layer(table: pd.DataFrame):
             bottom += grid[category].to_numpy()
         ax.set(xlabel="layer", ylabel=f"{column} summed over the category's keys")
         ax.set_xticks(grid.index)
-        ax.set_title(title)
+        ax.set_title(panel)
     axes[1].legend(title="key category", loc="upper left", bbox_to_anchor=(1.02, 1))
+    fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+FIGURES = {
+    f.__name__: f for f in (alpha_fx_scatter, sep_heads, token_class_layer, affine_singular_values)
+}

@@ -37,6 +37,7 @@ import torch
 
 from attnscope.core.attention import attention_input
 from attnscope.core.canonical import CanonicalLayer
+from attnscope.core.tables import indexed_table
 
 
 def score_weights(layer: CanonicalLayer, include_bias: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -99,19 +100,12 @@ def eigen_rotation(R: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     return values, vectors
 
 
-def singular_value_table(form: BilinearForm, layer: int) -> pd.DataFrame:
-    """Rows `layer head index value` (1-based) for all D singular values of each head; values
-    beyond index r are zero up to rounding (rank W^A <= r)."""
+def wa_singular_value_table(form: BilinearForm, layer: int) -> pd.DataFrame:
+    """Rows `layer head index singular_value` (1-based) for all D singular values of each head;
+    values beyond index r are zero up to rounding (rank W^A <= r)."""
     S = form.S.cpu().numpy()
     H, D = S.shape
-    return pd.DataFrame(
-        {
-            "layer": layer,
-            "head": np.repeat(np.arange(1, H + 1), D),
-            "index": np.tile(np.arange(1, D + 1), H),
-            "value": S.reshape(-1),
-        }
-    )
+    return indexed_table({"singular_value": S}, layer=[layer], head=H, index=D)
 
 
 def rotation_table(form: BilinearForm, layer: int) -> pd.DataFrame:
@@ -121,16 +115,6 @@ def rotation_table(form: BilinearForm, layer: int) -> pd.DataFrame:
     for block in ("full", "rank"):
         values, _ = eigen_rotation(form.rotation(block))
         H, m = values.shape
-        frames.append(
-            pd.DataFrame(
-                {
-                    "layer": layer,
-                    "head": np.repeat(np.arange(1, H + 1), m),
-                    "index": np.tile(np.arange(1, m + 1), H),
-                    "theta": np.angle(values).reshape(-1),
-                    "modulus": np.abs(values).reshape(-1),
-                    "block": block,
-                }
-            )
-        )
+        columns = {"theta": np.angle(values), "modulus": np.abs(values)}
+        frames.append(indexed_table(columns, layer=[layer], head=H, index=m).assign(block=block))
     return pd.concat(frames, ignore_index=True)

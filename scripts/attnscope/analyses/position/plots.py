@@ -15,12 +15,12 @@ from matplotlib import pyplot as plt
 import attnscope.core.plotting  # noqa: F401  (the shared look; sets the Agg backend)
 
 
-def pe_spectrum(spectrum: pd.DataFrame, title: str):
+def pe_spectrum(pe_spectrum: pd.DataFrame, title: str):
     """Fig. 3: mean amplitude of the position-embedding columns with the inter-quartile band,
     and the word-embedding control."""
     fig, ax = plt.subplots(figsize=(7, 3.5))
     for (embedding, rows), colour in zip(
-        spectrum[spectrum.frequency > 0].groupby("embedding", sort=False),
+        pe_spectrum[pe_spectrum.frequency > 0].groupby("embedding", sort=False),
         sns.color_palette(n_colors=2),
         strict=False,
     ):
@@ -32,13 +32,13 @@ def pe_spectrum(spectrum: pd.DataFrame, title: str):
     return fig
 
 
-def pe_pca(pca: pd.DataFrame, title: str):
+def pe_pca(pe_pca: pd.DataFrame, title: str):
     """Fig. 9: cumulative explained variance of the position embeddings' principal components."""
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    ax.plot(pca.components, 100 * pca.cumulative_variance, marker=".", ms=3, lw=1)
+    ax.plot(pe_pca.components, 100 * pe_pca.cumulative_variance, marker=".", ms=3, lw=1)
     for k in (4, 12):
-        if k <= len(pca):
-            value = 100 * pca.cumulative_variance.iloc[k - 1]
+        if k <= len(pe_pca):
+            value = 100 * pe_pca.cumulative_variance.iloc[k - 1]
             ax.annotate(
                 f"{k}: {value:.1f}%", (k, value), xytext=(6, -12), textcoords="offset points"
             )
@@ -59,18 +59,19 @@ def _layer_axes(n_layers: int, width: float = 3.2, height: float = 2.4, sharey=T
     return fig, axes.flat
 
 
-def wa_singular_values(singular: pd.DataFrame, title: str):
+def wa_singular_values(wa_singular_values: pd.DataFrame, title: str):
     """Singular values of W^A per head, one panel per layer; the x axis stops a little after
     the numerical rank (values above 1e-6 of the largest), beyond which all are ~0."""
+    singular = wa_singular_values
     layers = sorted(singular.layer.unique())
     fig, axes = _layer_axes(len(layers))
-    rank = singular[singular.value > 1e-6 * singular.value.max()]["index"].max()
+    rank = singular[singular.singular_value > 1e-6 * singular.singular_value.max()]["index"].max()
     shown = singular[singular["index"] <= int(np.ceil(1.25 * rank))]
     palette = sns.color_palette("husl", singular["head"].nunique())
     for ax, layer in zip(axes, layers, strict=False):
         rows = shown[shown.layer == layer]
         for (_, head_rows), colour in zip(rows.groupby("head"), palette, strict=True):
-            ax.plot(head_rows["index"], head_rows.value, color=colour, lw=0.8)
+            ax.plot(head_rows["index"], head_rows.singular_value, color=colour, lw=0.8)
         ax.axvline(rank, color="grey", lw=0.6, ls="--")
         ax.set(title=f"layer {layer}", xlabel="index")
     axes[0].set_ylabel("singular value")
@@ -79,16 +80,16 @@ def wa_singular_values(singular: pd.DataFrame, title: str):
     return fig
 
 
-def rotation_angles(angles: pd.DataFrame, title: str):
+def rotation_angles(rotation_angles: pd.DataFrame, title: str):
     """Histograms of the eigen-angles of R (full and rank block) and, for the rank block,
     angle against modulus."""
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.5))
     bins = np.linspace(-np.pi, np.pi, 73)
     for ax, block in zip(axes[:2], ("full", "rank"), strict=True):
-        rows = angles[angles.block == block]
+        rows = rotation_angles[rotation_angles.block == block]
         ax.hist(rows.theta, bins=bins, color="C0" if block == "full" else "C1")
         ax.set(xlabel="theta (rad)", ylabel="eigenvalues", title=f"R, {block} block")
-    rank = angles[angles.block == "rank"]
+    rank = rotation_angles[rotation_angles.block == "rank"]
     points = axes[2].scatter(rank.theta, rank.modulus, c=rank.layer, s=4, cmap="viridis")
     axes[2].set(xlabel="theta (rad)", ylabel="modulus", title="R, rank block")
     fig.colorbar(points, ax=axes[2], label="layer")
@@ -97,17 +98,19 @@ def rotation_angles(angles: pd.DataFrame, title: str):
     return fig
 
 
-def trt_clusters(shares: pd.DataFrame, title: str):
+def trt_clusters(trt_clusters: pd.DataFrame, title: str):
     """Fig. 1: share of each head's sequences in each k-means cluster, a row of stacked bars
     per layer."""
-    layers = sorted(shares.layer.unique())
-    clusters = sorted(shares.cluster.unique())
+    layers = sorted(trt_clusters.layer.unique())
+    clusters = sorted(trt_clusters.cluster.unique())
     palette = dict(zip(clusters, sns.color_palette("tab10", len(clusters)), strict=True))
     fig, axes = plt.subplots(
         len(layers), 1, figsize=(7, 0.9 * len(layers) + 0.8), sharex=True, squeeze=False
     )
     for ax, layer in zip(axes[:, 0], layers, strict=True):
-        wide = shares[shares.layer == layer].pivot(index="head", columns="cluster", values="share")
+        wide = trt_clusters[trt_clusters.layer == layer].pivot(
+            index="head", columns="cluster", values="share"
+        )
         bottom = np.zeros(len(wide))
         for cluster in clusters:
             ax.bar(wide.index, wide[cluster], bottom=bottom, color=palette[cluster], width=0.85)
@@ -121,15 +124,15 @@ def trt_clusters(shares: pd.DataFrame, title: str):
     return fig
 
 
-def trt_centres(centres: pd.DataFrame, title: str):
+def trt_centres(trt_centres: pd.DataFrame, title: str):
     """The k-means cluster centres: tr_t(A) against the relative position t."""
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    clusters = sorted(centres.cluster.unique())
+    clusters = sorted(trt_centres.cluster.unique())
     for cluster, colour in zip(clusters, sns.color_palette("tab10", len(clusters)), strict=True):
-        rows = centres[centres.cluster == cluster]
+        rows = trt_centres[trt_centres.cluster == cluster]
         ax.plot(rows.t, rows.value, marker="o", ms=3, color=colour, label=f"cluster {cluster}")
     ax.set(xlabel="relative position t (key - query)", ylabel="tr_t(A)", title=title)
-    ax.set_xticks(sorted(centres.t.unique())[:: max(1, centres.t.nunique() // 11)])
+    ax.set_xticks(sorted(trt_centres.t.unique())[:: max(1, trt_centres.t.nunique() // 11)])
     ax.legend(fontsize="small")
     return fig
 
@@ -213,12 +216,12 @@ def xcorr(xcorr: pd.DataFrame, xcov_sum: pd.DataFrame, title: str, columns: int 
     return fig
 
 
-def pe_spectra_models(spectrum: list[pd.DataFrame], models: list[str], title: str):
+def pe_spectra_models(pe_spectrum: list[pd.DataFrame], models: list[str], title: str):
     """Fig. 8: mean amplitude spectrum (with IQR band) of the position embeddings of every
     model, against cycles per token so that models with different lengths line up."""
     fig, ax = plt.subplots(figsize=(7, 3.5))
     palette = sns.color_palette(n_colors=len(models))
-    for table, model, colour in zip(spectrum, models, palette, strict=True):
+    for table, model, colour in zip(pe_spectrum, models, palette, strict=True):
         rows = table[(table.embedding == "position") & (table.frequency > 0)]
         ax.plot(rows.cycles_per_token, rows["mean"], color=colour, lw=1, label=model)
         ax.fill_between(rows.cycles_per_token, rows.q25, rows.q75, color=colour, alpha=0.2, lw=0)

@@ -41,6 +41,7 @@ from attnscope.analyses.position.waves import (
 from attnscope.core.attention import attention_probs
 from attnscope.core.canonical import CanonicalModel
 from attnscope.core.store import HiddenStates
+from attnscope.core.tables import index_grid
 
 IDENTITY_TOLERANCE = 1e-8  # relative to the largest |value|, float64
 
@@ -186,19 +187,13 @@ def _track(residual: np.ndarray, scale: np.ndarray, a: torch.Tensor, b: torch.Te
     np.maximum(residual, a.sub_(b).abs_().amax(dim=dims).cpu().numpy(), out=residual)
 
 
-def _grid(**axes) -> pd.DataFrame:
-    """All combinations of the given 1-D arrays, first varying slowest (C order)."""
-    mesh = np.meshgrid(*axes.values(), indexing="ij")
-    return pd.DataFrame({name: m.reshape(-1) for name, m in zip(axes, mesh, strict=True)})
-
-
 def trt_table(result: ScanResult) -> pd.DataFrame:
     """`sequence layer head t value`: tr_t(A) per sequence (0-based store row), 1-based heads."""
     N, L, H, T = result.trt.shape
-    table = _grid(
+    table = index_grid(
         sequence=np.arange(N),
-        layer=np.arange(1, L + 1),
-        head=np.arange(1, H + 1),
+        layer=L,
+        head=H,
         t=np.array(result.offsets),
     )
     table["value"] = result.trt.reshape(-1)
@@ -219,7 +214,7 @@ def spectra_table(result: ScanResult) -> pd.DataFrame:
         ("K", result.k_spectrum),
     ):
         L, F = values.shape
-        table = _grid(layer=np.arange(1, L + 1), frequency=np.arange(F))
+        table = index_grid(layer=L, frequency=np.arange(F))
         table.insert(1, "source", source)
         table["cycles_per_token"] = table["frequency"] / result.window
         table["amplitude"] = values.reshape(-1)
@@ -237,7 +232,7 @@ def shifts_table(result: ScanResult) -> pd.DataFrame:
     best = g.argmax(axis=-1)
     frequency = freqs[1:][best]
     theta = np.angle(result.eigenvalues)
-    table = _grid(layer=np.arange(1, L + 1), head=np.arange(1, H + 1), index=np.arange(1, r + 1))
+    table = index_grid(layer=L, head=H, index=r)
     table["theta"] = theta.reshape(-1)
     table["modulus"] = np.abs(result.eigenvalues).reshape(-1)
     table["frequency"] = frequency.reshape(-1)
@@ -258,7 +253,7 @@ def g_map_table(result: ScanResult, heads: list[tuple[int, int]]) -> pd.DataFram
         values = result.eigenvalues[layer - 1, head - 1]
         for wave, g in (("Q", result.g_q), ("K", result.g_k)):
             amp = g[layer - 1, head - 1][:, positive]  # [r, P]
-            table = _grid(index=np.arange(1, len(values) + 1), frequency=freqs[positive])
+            table = index_grid(index=len(values), frequency=freqs[positive])
             theta = np.repeat(np.angle(values), len(positive))
             table.insert(0, "layer", layer)
             table.insert(1, "head", head)
@@ -278,7 +273,7 @@ def xcorr_table(result: ScanResult, heads: list[tuple[int, int]]) -> pd.DataFram
     frames = []
     for layer, head in heads:
         s = result.singular[layer - 1, head - 1]
-        table = _grid(column=np.arange(1, len(s) + 1), t=np.array(result.xcorr_offsets))
+        table = index_grid(column=len(s), t=np.array(result.xcorr_offsets))
         table.insert(0, "layer", layer)
         table.insert(1, "head", head)
         table.insert(3, "singular_value", np.repeat(s, len(result.xcorr_offsets)))
@@ -292,7 +287,7 @@ def xcov_sum_table(result: ScanResult) -> pd.DataFrame:
     """`layer head t sum_s_xcov trt_qsk abs_residual`: sum_j s_j xcov_j(t) against
     tr_t(Q S K^T), both averaged over sequences, every head."""
     L, H, X = result.trt_qsk.shape
-    table = _grid(layer=np.arange(1, L + 1), head=np.arange(1, H + 1), t=result.xcorr_offsets)
+    table = index_grid(layer=L, head=H, t=result.xcorr_offsets)
     weighted = (result.xcov * result.singular[:, :, None, :]).sum(-1)
     table["sum_s_xcov"] = weighted.reshape(-1)
     table["trt_qsk"] = result.trt_qsk.reshape(-1)
@@ -306,7 +301,7 @@ def identity_table(result: ScanResult) -> pd.DataFrame:
     frames = []
     for key, name in (("svd", "XWAXT=QSKT"), ("xcov", "sum_s_xcov=trt_QSKT")):
         L, H = result.residual[key].shape
-        table = _grid(layer=np.arange(1, L + 1), head=np.arange(1, H + 1))
+        table = index_grid(layer=L, head=H)
         table["identity"] = name
         table["max_abs_residual"] = result.residual[key].reshape(-1)
         table["max_abs_value"] = result.scale[key].reshape(-1)

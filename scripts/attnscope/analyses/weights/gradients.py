@@ -29,9 +29,10 @@ import torch
 from attnscope.analyses.weights.statistics import counted_rows
 from attnscope.architectures import architecture
 from attnscope.core.store import HiddenStates
-from attnscope.core.tokens import CLS, OTHER, PUNCT, SEP
+from attnscope.core.tables import index_grid, indexed_table
+from attnscope.core.tokens import CATEGORY_NAMES, CLS, OTHER, PUNCT, SEP
 
-CATEGORIES = {"cls": CLS, "sep": SEP, "punct": PUNCT, "other": OTHER}
+CATEGORIES = {CATEGORY_NAMES[c]: c for c in (CLS, SEP, PUNCT, OTHER)}  # table order
 STATUS_OK = "ok"
 NOT_APPLICABLE = "not applicable: no MLM head"
 
@@ -163,33 +164,15 @@ def gradient_importance(
                     sums[kind, name][l] += float(per_seq.sum())
         if log is not None:
             log.info("gradients: %d of %d sequences done", stop, total)
-    rows = [
-        {
-            "layer": l + 1,
-            "category": name,
-            "importance": sums["importance", name][l] / total,
-            "attention": sums["attention", name][l] / total,
-            "n_sequences": total,
-            "status": STATUS_OK,
-        }
-        for l in range(n_layers)
-        for name in CATEGORIES
-    ]
-    return pd.DataFrame(rows)
+    values = {
+        kind: np.stack([sums[kind, name] for name in CATEGORIES], axis=1) / total
+        for kind in ("importance", "attention")
+    }
+    table = indexed_table(values, layer=n_layers, category=list(CATEGORIES))
+    return table.assign(n_sequences=total, status=STATUS_OK)
 
 
 def not_applicable(n_layers: int, reason: str = NOT_APPLICABLE) -> pd.DataFrame:
     """The gradient table of a model where the analysis does not apply: empty values, status."""
-    rows = [
-        {
-            "layer": l + 1,
-            "category": name,
-            "importance": np.nan,
-            "attention": np.nan,
-            "n_sequences": 0,
-            "status": reason,
-        }
-        for l in range(n_layers)
-        for name in CATEGORIES
-    ]
-    return pd.DataFrame(rows)
+    table = index_grid(layer=n_layers, category=list(CATEGORIES))
+    return table.assign(importance=np.nan, attention=np.nan, n_sequences=0, status=reason)

@@ -16,7 +16,6 @@ visible keys carry no mass and are dropped), so memory stays bounded.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
@@ -25,6 +24,7 @@ import torch
 from attnscope.core.attention import attention_probs, visible_pairs
 from attnscope.core.canonical import CanonicalModel
 from attnscope.core.store import HiddenStates
+from attnscope.core.tables import indexed_table
 
 JS_SMOOTHING = 1e-3
 # Elements of one pair-block temporary: 512 KiB in float32 stays in a CPU core's cache;
@@ -110,26 +110,11 @@ def head_distances(
     return total.cpu().numpy()
 
 
-def head_labels(n_layers: int, n_heads: int) -> Iterator[tuple[int, int]]:
-    """(layer, head), 1-based, in head-index order g = l * H + h."""
-    for l in range(n_layers):
-        for h in range(n_heads):
-            yield l + 1, h + 1
-
-
 def distance_table(D: np.ndarray, n_layers: int, n_heads: int) -> pd.DataFrame:
-    """Long format of the full matrix: layer_a head_a layer_b head_b distance."""
-    labels = np.array(list(head_labels(n_layers, n_heads)))
-    a, b = np.meshgrid(np.arange(len(labels)), np.arange(len(labels)), indexing="ij")
-    a, b = a.ravel(), b.ravel()
-    return pd.DataFrame(
-        {
-            "layer_a": labels[a, 0],
-            "head_a": labels[a, 1],
-            "layer_b": labels[b, 0],
-            "head_b": labels[b, 1],
-            "distance": D[a, b],
-        }
+    """Long format of the full matrix (head index g = l * H + h): layer_a head_a layer_b
+    head_b distance."""
+    return indexed_table(
+        {"distance": D}, layer_a=n_layers, head_a=n_heads, layer_b=n_layers, head_b=n_heads
     )
 
 
@@ -175,14 +160,10 @@ def head_map_table(
     embedding: np.ndarray, clusters: np.ndarray, behaviour: pd.Series, n_layers: int, n_heads: int
 ) -> pd.DataFrame:
     """layer head mds_x mds_y cluster behaviour, one row per head."""
-    labels = np.array(list(head_labels(n_layers, n_heads)))
-    return pd.DataFrame(
-        {
-            "layer": labels[:, 0],
-            "head": labels[:, 1],
-            "mds_x": embedding[:, 0],
-            "mds_y": embedding[:, 1],
-            "cluster": clusters,
-            "behaviour": behaviour.to_numpy(),
-        }
-    )
+    values = {
+        "mds_x": embedding[:, 0],
+        "mds_y": embedding[:, 1],
+        "cluster": clusters,
+        "behaviour": behaviour.to_numpy(),
+    }
+    return indexed_table(values, layer=n_layers, head=n_heads)

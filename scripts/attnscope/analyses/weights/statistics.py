@@ -34,6 +34,7 @@ import torch
 from attnscope.core.attention import attention_probs, visible_pairs
 from attnscope.core.canonical import CanonicalModel
 from attnscope.core.store import HiddenStates
+from attnscope.core.tables import indexed_table
 from attnscope.core.tokens import CLS, PUNCT, SEP
 
 ENTROPY_SMOOTHING = 1e-4
@@ -49,7 +50,6 @@ HEAD_STATISTICS = (
     "entropy",
     "cls_entropy",
 )
-BEHAVIOURS = ("broad", "CLS", "SEP", "punct", "prev", "next", "other")
 
 
 def counted_rows(mask: torch.Tensor, causal: bool) -> torch.Tensor:
@@ -148,14 +148,13 @@ class StatisticsAccumulator:
     def head_table(self) -> pd.DataFrame:
         """One row per head: layer, head (1-based), every statistic, n_sequences."""
         n_layers, n_heads = self.sums["prev"].shape
-        layer, head = np.meshgrid(np.arange(n_layers), np.arange(n_heads), indexing="ij")
-        table = {"layer": layer.ravel() + 1, "head": head.ravel() + 1}
+        values = {}
         with np.errstate(invalid="ignore", divide="ignore"):
             for name in HEAD_STATISTICS:
                 mean = self.sums[name] / self.counts[name]
-                table[name] = np.where(self.counts[name] > 0, mean, np.nan).ravel()
-        table["n_sequences"] = self.counts["self"].ravel().astype(int)
-        return pd.DataFrame(table)
+                values[name] = np.where(self.counts[name] > 0, mean, np.nan)
+        values["n_sequences"] = self.counts["self"].astype(int)
+        return indexed_table(values, layer=n_layers, head=n_heads)
 
     def uniform_entropy(self) -> float:
         return self.uniform_sum / max(self.uniform_count, 1)
@@ -191,23 +190,3 @@ def attention_statistics(
                 acc.add_uniform(uniform)
     heads = acc.head_table()
     return heads, layer_table(heads, acc.uniform_entropy())
-
-
-def behaviour(
-    heads: pd.DataFrame, broad_entropy: float, special_mass: float, position_mass: float
-) -> pd.Series:
-    """Clark's behaviour label per head row, the first that applies in this order:
-    broad (entropy > broad_entropy), CLS / SEP / punct (mass > special_mass),
-    prev / next (attention > position_mass), else other."""
-    rules = [
-        ("broad", heads["entropy"] > broad_entropy),
-        ("CLS", heads["cls"] > special_mass),
-        ("SEP", heads["sep"] > special_mass),
-        ("punct", heads["punct"] > special_mass),
-        ("prev", heads["prev"] > position_mass),
-        ("next", heads["next"] > position_mass),
-    ]
-    label = pd.Series("other", index=heads.index)
-    for name, hit in reversed(rules):  # earlier rules overwrite later ones
-        label = label.mask(hit, name)
-    return label

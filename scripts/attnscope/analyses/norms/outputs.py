@@ -1,0 +1,36 @@
+"""Outputs of the norm-based analysis (Kobayashi et al. 2020)."""
+
+from attnscope.pipeline.outputs import Family, Figure
+
+
+def problems(settings: dict):
+    if settings["scatter_max_points"] > settings["spearman_sample_size"]:
+        yield "scatter_max_points must not exceed spearman_sample_size"
+
+
+FAMILY = Family(
+    name="norms",
+    title="Vector norms (Kobayashi et al. 2020)",
+    tables={
+        "corpus": (
+            "x_dispersion.tsv",
+            "fx_dispersion.tsv",
+            "x_summary.tsv",
+            "fx_summary.tsv",
+            "alpha_fx_spearman.tsv",
+            "alpha_fx_sample.tsv",
+            "sep_heads.tsv",
+            "token_class_layer.tsv",
+            "decomposition_check.tsv",
+            "attn_n_maps.h5",
+        ),
+        "model": ("affine_singular_values.tsv",),
+    },
+    figures=(
+        Figure("alpha_fx_scatter", "corpus", ("alpha_fx_sample.tsv", "alpha_fx_spearman.tsv")),
+        Figure("sep_heads", "corpus", ("sep_heads.tsv",)),
+        Figure("token_class_layer", "corpus", ("token_class_layer.tsv",)),
+        Figure("affine_singular_values", "model", ("affine_singular_values.tsv",), ("seed",)),
+    ),
+    problems=problems,
+)

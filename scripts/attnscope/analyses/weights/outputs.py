@@ -1,0 +1,26 @@
+"""Outputs of the attention-weight analyses (Clark et al. 2019)."""
+
+from attnscope.pipeline.outputs import Family, Figure
+
+FAMILY = Family(
+    name="weights",
+    title="Attention weights (Clark et al. 2019)",
+    tables={
+        "corpus": (
+            "heads.tsv",
+            "layers.tsv",
+            "gradients.tsv",
+            "head_distances.tsv",
+            "head_map.tsv",
+            "linkage.tsv",
+        )
+    },
+    figures=(
+        Figure("relative_position", "corpus", ("heads.tsv",)),
+        Figure("special_tokens", "corpus", ("heads.tsv", "layers.tsv")),
+        Figure("entropy", "corpus", ("heads.tsv", "layers.tsv")),
+        Figure("gradients", "corpus", ("gradients.tsv",)),
+        Figure("head_map", "corpus", ("head_map.tsv",)),
+        Figure("dendrogram", "corpus", ("head_map.tsv", "linkage.tsv")),
+    ),
+)

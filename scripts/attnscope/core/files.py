@@ -1,0 +1,51 @@
+"""Files written atomically and hashed: a reader never sees a half-written output.
+
+Every output goes to `<name>.partial` first and is renamed to `<name>` only when complete;
+a failed writer removes its partial file (a killed one leaves it, and the next writer
+replaces it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pandas as pd
+
+
+@contextmanager
+def atomic_path(path: str | Path) -> Iterator[Path]:
+    """Yield `path`.partial to write to; rename it to `path` on success, remove it on failure."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    try:
+        yield partial
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+
+
+def write_table(table: pd.DataFrame, path: str | Path) -> None:
+    """Write a tidy table as TSV with a header (gzip when the name ends in .gz), atomically."""
+    compression = "gzip" if str(path).endswith(".gz") else None
+    with atomic_path(path) as partial:
+        table.to_csv(partial, sep="\t", index=False, compression=compression)
+
+
+def write_text(text: str, path: str | Path) -> None:
+    """Write a text file atomically."""
+    with atomic_path(path) as partial:
+        partial.write_text(text)
+
+
+def sha256_of(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

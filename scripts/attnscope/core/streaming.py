@@ -1,0 +1,111 @@
+"""Statistics over a stream too large to hold: moments per slot and a seeded uniform sample.
+
+Both take observations batch by batch (torch tensors, any device) and keep float64 state on
+the CPU, so memory does not grow with the corpus.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from attnscope.core.tables import indexed_table
+
+
+class Moments:
+    """Streaming count, sum, sum of squares, max and min (float64) for an array of slots."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        self.count = np.zeros(shape)
+        self.total = np.zeros(shape)
+        self.total_sq = np.zeros(shape)
+        self.maximum = np.full(shape, -np.inf)
+        self.minimum = np.full(shape, np.inf)
+
+    def add(self, at, values: torch.Tensor) -> None:
+        """Add observations along the last axis of `values` to the slot(s) `self.count[at]`."""
+        v = values.double()
+        self.count[at] += v.shape[-1]
+        self.total[at] += v.sum(-1).cpu().numpy()
+        self.total_sq[at] += v.square().sum(-1).cpu().numpy()
+        if v.shape[-1]:
+            self.maximum[at] = np.maximum(self.maximum[at], v.amax(-1).cpu().numpy())
+            self.minimum[at] = np.minimum(self.minimum[at], v.amin(-1).cpu().numpy())
+
+    def pooled(self) -> Moments:
+        """All slots together, as one slot."""
+        out = Moments(())
+        out.count, out.total, out.total_sq = self.count.sum(), self.total.sum(), self.total_sq.sum()
+        out.maximum, out.minimum = self.maximum.max(), self.minimum.min()
+        return out
+
+    def frame(self, names: tuple[str, ...] = ()) -> pd.DataFrame:
+        """`names... mean sd cv max min`, one row per slot; slot indices 1-based."""
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mean = self.total / self.count
+            sd = np.sqrt(np.maximum(self.total_sq / self.count - mean**2, 0))
+            cv = sd / mean
+        stats = dict(mean=mean, sd=sd, cv=cv, max=self.maximum, min=self.minimum)
+        return indexed_table(stats, **dict(zip(names, np.shape(self.count), strict=True)))
+
+
+class BottomKSample:
+    """Seeded uniform sample without replacement of at most `size` rows of a stream.
+
+    Every row offered carries an independent Uniform[0, 1) key; the sample keeps the `size`
+    rows with the smallest keys ("bottom-k"). While the stream has at most `size` rows the
+    sample is the whole stream (so Spearman on it is exact); otherwise it is a uniform random
+    subset. The rows of the stream with key < p are a Bernoulli(p) sample; their `limit`
+    smallest keys are a uniform subsample of it, and they are in this sample whenever
+    `limit <= size` (see `below`). Callers may drop rows whose key is not below
+    `threshold()` before offering them: they could not enter the sample.
+    Offered rows are buffered and the sample is cut back to `size` rows once the buffer holds
+    `size` rows (amortised O(1) per row); `compact()` cuts it now.
+    """
+
+    def __init__(self, size: int, n_fields: int):
+        self.size = size
+        self.seen = 0
+        self.keys = torch.empty(0)
+        self.rows = torch.empty(0, n_fields, dtype=torch.float64)
+        self._bound = 1.0
+        self._buffer: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._buffered = 0
+
+    def threshold(self) -> float:
+        """Rows with a key at or above this value cannot enter the sample any more."""
+        return self._bound
+
+    def offer(self, keys: torch.Tensor, rows: torch.Tensor, seen: int) -> None:
+        """keys [m], rows [m, fields]: candidates out of `seen` new rows of the stream."""
+        self.seen += seen
+        if len(keys):
+            self._buffer.append((keys, rows.to(torch.float64)))
+            self._buffered += len(keys)
+        if self._buffered >= self.size:
+            self.compact()
+
+    def compact(self) -> None:
+        """Merge the buffer and keep the `size` rows with the smallest keys in `keys`, `rows`."""
+        if not self._buffer:
+            return
+        keys = torch.cat([self.keys, *(k for k, _ in self._buffer)])
+        rows = torch.cat([self.rows, *(r for _, r in self._buffer)])
+        self._buffer, self._buffered = [], 0
+        if len(keys) > self.size:
+            keep = torch.topk(keys, self.size, largest=False).indices
+            keys, rows = keys[keep], rows[keep]
+        if len(keys) >= self.size:
+            self._bound = float(keys.max())
+        self.keys, self.rows = keys, rows
+
+    def below(self, p: float, limit: int) -> torch.Tensor:
+        """The rows with key < p (a Bernoulli(p) sample), at most `limit` of them (those with
+        the smallest keys: a uniform subsample).  [m, fields]"""
+        if limit > self.size:
+            raise ValueError(f"limit {limit} exceeds the sample size {self.size}")
+        self.compact()
+        order = torch.argsort(self.keys)
+        order = order[self.keys[order] < p][:limit]
+        return self.rows[order]

@@ -1,0 +1,30 @@
+"""Tidy tables: one row per observation, indices (layer, head, ...) numbered from 1."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+
+
+def index_grid(**axes: int | Sequence) -> pd.DataFrame:
+    """Every combination of the axes, the first varying slowest (C order, as `ravel`).
+
+    An int n stands for the indices 1..n; a sequence gives the labels themselves. So
+    `index_grid(layer=L, head=H)` lines up with `values.ravel()` of a [L, H] array.
+    """
+    labels = [
+        np.arange(1, a + 1) if isinstance(a, int | np.integer) else np.asarray(a)
+        for a in axes.values()
+    ]
+    mesh = np.meshgrid(*labels, indexing="ij")
+    return pd.DataFrame({name: m.reshape(-1) for name, m in zip(axes, mesh, strict=True)})
+
+
+def indexed_table(values: dict[str, np.ndarray], **axes: int | Sequence) -> pd.DataFrame:
+    """`index_grid(**axes)` plus one column per entry of `values`, each raveled in C order."""
+    table = index_grid(**axes)
+    for name, column in values.items():
+        table[name] = np.ravel(column)
+    return table

@@ -1,0 +1,122 @@
+"""Output declarations: every analysis family lists its tables and figures once, here.
+
+A family's `analyses/<family>/outputs.py` defines `FAMILY = Family(...)`. From that one
+declaration follow the rule outputs (rules ask `table()` for a declared path), the figure jobs
+(one generic rule per scope draws any declared figure with `analyses/<family>/plots.py`),
+the report entries (caption `report/<family>/<figure>.rst`), the targets of `rule all` and of
+`snakemake <family>`, and the check that the README lists every output.
+
+Scopes, with where their files go:
+    corpus  results/{model}/{corpus}/<family>/<table>   one model on one corpus
+    model   results/{model}/model/<table>               one model, no corpus
+    all     results/<family>_<figure>.{svg,png}          every configured model on one figure
+Figures of a scope go to `<folder>/figures/<figure>.{svg,png}` (corpus, model).
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FOLDERS = {
+    "corpus": "results/{{model}}/{{corpus}}/{family}",
+    "model": "results/{{model}}/model",
+}
+FIGURE_SUFFIXES = ("svg", "png")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure, drawn by `FIGURES[name]` of the family's plots module from its tables.
+
+    tables    table file names of the figure's scope folder, passed by stem as keyword
+              arguments (an `all` figure reads its tables from the `model` scope, one per model)
+    settings  keys of the family's config block passed to the drawing function
+    """
+
+    name: str
+    scope: str
+    tables: tuple[str, ...]
+    settings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Family:
+    """An analysis family: config key `analyses.<name>`, rule prefix, results folder name.
+
+    title     the report category
+    tables    {scope: file names}; figures: every Figure of the family
+    problems  settings -> messages of what contradicts itself in them (checked at parse time)
+    """
+
+    name: str
+    title: str
+    tables: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    figures: tuple[Figure, ...] = ()
+    problems: Callable[[dict], Iterable[str]] = lambda settings: ()
+
+    def table(self, file: str, scope: str = "corpus") -> str:
+        """Path pattern (wildcards model, corpus) of a declared table; KeyError otherwise."""
+        if file not in self.tables.get(scope, ()):
+            raise KeyError(f"{self.name}: {scope} table {file!r} is not declared in outputs.py")
+        return f"{FOLDERS[scope].format(family=self.name)}/{file}"
+
+    def figure(self, name: str) -> Figure:
+        for figure in self.figures:
+            if figure.name == name:
+                return figure
+        raise KeyError(f"{self.name}: no figure {name!r} is declared in outputs.py")
+
+    def corpora(self, settings: dict) -> list[str]:
+        """The corpora the family reads: `corpora:` (a list) or `corpus:` (one)."""
+        if "corpora" in settings:
+            return list(settings["corpora"])
+        return [settings["corpus"]] if settings.get("corpus") else []
+
+    def files(self) -> dict[str, list[str]]:
+        """{scope: path patterns} of every table and figure, wildcards model and corpus."""
+        out = {scope: [self.table(f, scope) for f in files] for scope, files in self.tables.items()}
+        for figure in self.figures:
+            out.setdefault(figure.scope, []).extend(figure_paths(self, figure))
+        return out
+
+    def targets(self, settings: dict, models: list[str]) -> list[str]:
+        """Every output for the configured models and corpora ([] when switched off)."""
+        if not settings.get("enabled", True):
+            return []
+        files = self.files()
+        out = [
+            p.format(model=m, corpus=c)
+            for p in files.get("corpus", [])
+            for m in models
+            for c in self.corpora(settings)
+        ]
+        out += [p.format(model=m) for p in files.get("model", []) for m in models]
+        return out + files.get("all", [])
+
+
+def figure_paths(family: Family, figure: Figure) -> list[str]:
+    """The SVG and PNG path patterns of a figure."""
+    if figure.scope == "all":
+        stem = f"results/{family.name}_{figure.name}"
+    else:
+        stem = f"{FOLDERS[figure.scope].format(family=family.name)}/figures/{figure.name}"
+    return [f"{stem}.{suffix}" for suffix in FIGURE_SUFFIXES]
+
+
+def families() -> dict[str, Family]:
+    """Every family of `attnscope.analyses` that declares its outputs, by name."""
+    import attnscope.analyses as package
+
+    found = {}
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+        if (Path(package.__path__[0]) / info.name / "outputs.py").exists():
+            family = importlib.import_module(f"attnscope.analyses.{info.name}.outputs").FAMILY
+            found[family.name] = family
+    model_figures = [f.name for fam in found.values() for f in fam.figures if f.scope == "model"]
+    if len(model_figures) != len(set(model_figures)):
+        raise ValueError(f"model-level figure names must be unique: {sorted(model_figures)}")
+    return found

@@ -1,0 +1,25 @@
+"""Draw one declared figure of one analysis family from its tables (every figure rule)."""
+
+import importlib
+
+import pandas as pd
+
+from attnscope.core.plotting import save_figure
+from attnscope.pipeline import runlog
+
+log = runlog.start(snakemake)
+figure = snakemake.params.figure  # family, name, settings, caption (rules/common.smk)
+
+
+def read(paths):
+    """One table for a single path, a list of tables (one per model) for a list of paths."""
+    if isinstance(paths, str):
+        return pd.read_csv(paths, sep="\t")
+    return [pd.read_csv(path, sep="\t") for path in paths]
+
+
+plots = importlib.import_module(f"attnscope.analyses.{figure['family']}.plots")
+tables = {name: read(paths) for name, paths in snakemake.input.items()}
+drawn = plots.FIGURES[figure["name"]](**tables, **figure["settings"])
+save_figure(drawn, snakemake.output.svg, snakemake.output.png)
+log.info("drew %s / %s", figure["family"], figure["name"])
