@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from attnscope.architectures import UnsupportedModelError
-from attnscope.data.datasets import DATA_FILES, ChecksumError, acquire, sha256_of
+from attnscope.core.files import sha256_of
+from attnscope.data.datasets import DATA_FILES, ChecksumError, acquire
 from attnscope.pipeline.models import ModelNotFoundError, build_manifest
 from conftest import tiny_model
 

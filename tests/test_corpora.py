@@ -14,9 +14,10 @@ import h5py
 import numpy as np
 import pytest
 
+from attnscope.core.files import sha256_of
 from attnscope.core.tokens import CLS, PAD, SEP, special_ids
 from attnscope.data.corpora import encode_corpus, read_meta, write_encoded
-from attnscope.data.datasets import FILES_BY_KIND, sha256_of
+from attnscope.data.datasets import FILES_BY_KIND
 
 MIRROR = Path(os.environ.get("ATTNSCOPE_MIRROR", "/work/shared/data"))
 

@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
 
 from attnscope.architectures import architecture, canonical_weights, load_model  # noqa: E402
-from attnscope.core.store import HiddenStates  # noqa: E402
+from attnscope.core.store import HiddenStates, batch_spans  # noqa: E402
 from attnscope.pipeline.models import read_manifest  # noqa: E402
 
 
@@ -36,9 +36,7 @@ def main() -> int:
     final_ln = canonical_weights(model).final_ln
     with HiddenStates(args.store) as store:
         worst = np.zeros(store.n_layers + 1)
-        for start in range(0, store.n_sequences, args.batch_size):
-            stop = min(start + args.batch_size, store.n_sequences)
-            n = int(store.lengths[start:stop].max())
+        for start, stop, n in batch_spans(store.lengths, args.batch_size):
             tensors = {
                 key: torch.from_numpy(getattr(store, key)[start:stop, :n].astype(np.int64))
                 for key in ("input_ids", "attention_mask", "token_type_ids")

@@ -13,8 +13,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pandas as pd
-
 
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
@@ -29,8 +27,9 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         partial.unlink(missing_ok=True)
 
 
-def write_table(table: pd.DataFrame, path: str | Path) -> None:
-    """Write a tidy table as TSV with a header (gzip when the name ends in .gz), atomically."""
+def write_table(table, path: str | Path) -> None:
+    """Write a tidy pandas table as TSV with a header (gzip when the name ends in .gz),
+    atomically."""
     compression = "gzip" if str(path).endswith(".gz") else None
     with atomic_path(path) as partial:
         table.to_csv(partial, sep="\t", index=False, compression=compression)

@@ -17,7 +17,6 @@ last block's output before the final LayerNorm ln_f (transformers returns it aft
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +25,8 @@ from pathlib import Path
 import h5py
 import numpy as np
 import torch
+
+from attnscope.core.files import atomic_path
 
 TOKEN_ARRAYS = ("input_ids", "attention_mask", "token_type_ids", "category", "word_ids")
 
@@ -36,15 +37,17 @@ def atomic_h5(path: str | Path) -> Iterator[h5py.File]:
 
     A failed or killed writer leaves no file under the final name.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    try:
-        with h5py.File(partial, "w") as f:
-            yield f
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
+    with atomic_path(path) as partial, h5py.File(partial, "w") as f:
+        yield f
+
+
+def batch_spans(lengths: np.ndarray, batch_size: int, limit: int | None = None):
+    """(start, stop, n) of consecutive batches over the first `limit` sequences (all if None);
+    n = the longest real length in the batch, so batches are trimmed to [:, :n]."""
+    total = len(lengths) if limit is None else min(limit, len(lengths))
+    for start in range(0, total, batch_size):
+        stop = min(start + batch_size, total)
+        yield start, stop, int(lengths[start:stop].max())
 
 
 @dataclass
@@ -95,10 +98,7 @@ class HiddenStates:
         self, layer: int, batch_size: int, device: str = "cpu", limit: int | None = None
     ) -> Iterator[Batch]:
         """Batches of layer `layer`'s input X_l over the first `limit` sequences (all if None)."""
-        total = self.n_sequences if limit is None else min(limit, self.n_sequences)
-        for start in range(0, total, batch_size):
-            stop = min(start + batch_size, total)
-            n = int(self.lengths[start:stop].max())
+        for start, stop, n in batch_spans(self.lengths, batch_size, limit):
             X = torch.from_numpy(self.hidden(layer, start, stop)[:, :n]).to(device)
             yield Batch(
                 start=start,

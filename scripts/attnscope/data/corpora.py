@@ -53,9 +53,9 @@ from pathlib import Path
 import h5py
 import numpy as np
 
+from attnscope.core.files import sha256_of
 from attnscope.core.store import atomic_h5
 from attnscope.core.tokens import categorize, special_ids
-from attnscope.data.datasets import sha256_of
 
 KINDS = ("wiki", "wiki512", "ewt", "gap", "clark")
 DEFAULTS = {

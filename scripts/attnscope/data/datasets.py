@@ -6,12 +6,12 @@ Acquisition copies a file from a mirror folder (laid out like `relpath`) or down
 
 from __future__ import annotations
 
-import hashlib
-import os
 import shutil
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+
+from attnscope.core.files import atomic_path, sha256_of
 
 RAW = "https://raw.githubusercontent.com"
 UD_EWT = f"{RAW}/UniversalDependencies/UD_English-EWT/r2.16"
@@ -102,14 +102,6 @@ def files_for_kind(kind: str) -> list[DataFile]:
     return [DATA_FILES[p] for p in FILES_BY_KIND[kind]]
 
 
-def sha256_of(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def acquire(relpath: str, destination: str | Path, mirror: str = "") -> str:
     """Fetch one data file into `destination`, verified; returns where it came from.
 
@@ -118,10 +110,7 @@ def acquire(relpath: str, destination: str | Path, mirror: str = "") -> str:
     `destination` unless the SHA-256 matches.
     """
     entry = DATA_FILES[relpath]
-    destination = Path(destination)
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    partial = destination.with_name(destination.name + ".partial")
-    try:
+    with atomic_path(destination) as partial:
         if mirror:
             origin = Path(mirror) / relpath
             if not origin.is_file():
@@ -142,7 +131,4 @@ def acquire(relpath: str, destination: str | Path, mirror: str = "") -> str:
                 f"{relpath} from {origin}: SHA-256 is {actual}, expected {entry.sha256}; "
                 "the file is corrupt or not the pinned release"
             )
-        os.replace(partial, destination)
-    finally:
-        partial.unlink(missing_ok=True)
     return str(origin)

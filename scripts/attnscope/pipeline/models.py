@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from attnscope.architectures import (
     load_model,
 )
 from attnscope.core.canonical import CanonicalModel
-from attnscope.data.datasets import sha256_of
+from attnscope.core.files import sha256_of, write_text
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
@@ -107,11 +106,7 @@ def build_manifest(name: str, spec: dict, mirror: str = "", resources: str = "re
 
 
 def write_manifest(path: str | Path, manifest: dict) -> None:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str))
-    os.replace(partial, path)
+    write_text(json.dumps(manifest, indent=2, sort_keys=True, default=str), path)
 
 
 def read_manifest(path: str | Path) -> dict:

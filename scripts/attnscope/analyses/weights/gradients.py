@@ -28,7 +28,7 @@ import torch
 
 from attnscope.analyses.weights.statistics import counted_rows
 from attnscope.architectures import architecture
-from attnscope.core.store import HiddenStates
+from attnscope.core.store import HiddenStates, batch_spans
 from attnscope.core.tables import index_grid, indexed_table
 from attnscope.core.tokens import CATEGORY_NAMES, CLS, OTHER, PUNCT, SEP
 
@@ -142,9 +142,8 @@ def gradient_importance(
         for kind in ("importance", "attention")
         for name in CATEGORIES
     }
-    for start in range(0, total, batch_size):
-        stop = min(start + batch_size, total)
-        part = slice(start, stop), slice(0, int(store.lengths[start:stop].max()))
+    for start, stop, n in batch_spans(store.lengths, batch_size, total):
+        part = slice(start, stop), slice(0, n)
         labels, mask, types, category, chosen = (
             torch.from_numpy(np.asarray(array[part], dtype=np.int64)).to(device)
             for array in (

@@ -1,0 +1,110 @@
+"""The shape of the code base: one home per concept, outputs declared once.
+
+- Only `attnscope.architectures` knows `transformers` module paths and branches on model_type.
+- Every family's declared figures are drawn by its plots module with the declared tables,
+  have a report caption, and every declared output is listed in the README.
+"""
+
+import ast
+import importlib
+import inspect
+from pathlib import Path
+
+import pytest
+
+from attnscope.pipeline.outputs import families, figure_paths
+
+ROOT = Path(__file__).parents[1]
+ARCHITECTURES = ROOT / "scripts" / "attnscope" / "architectures"
+# Attribute names of transformers modules (BERT-like and GPT-2 families).
+MODULE_ATTRIBUTES = {
+    "encoder", "attention", "intermediate", "embeddings", "c_attn", "c_proj", "c_fc",
+    "ln_1", "ln_2", "ln_f", "wte", "wpe", "h", "LayerNorm", "dense", "self_attn", "mlp",
+}  # fmt: skip
+MODULE_PATHS = ("encoder.layer", "attention.output", "attention.self", "cls.predictions", ".h[")
+
+
+def python_files():
+    for folder in ("scripts", "tools", "benchmarks"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if ARCHITECTURES not in path.parents:
+                yield path
+
+
+def architecture_knowledge(path: Path) -> list[str]:
+    """Lines of `path` that branch on model_type or name a transformers module path."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare):
+            names = [
+                n.attr if isinstance(n, ast.Attribute) else getattr(n, "value", None)
+                for part in (node.left, *node.comparators)
+                for n in ast.walk(part)
+                if isinstance(n, ast.Attribute | ast.Constant)
+            ]
+            if "model_type" in names:
+                found.append(f"{path.name}:{node.lineno} compares model_type")
+        if isinstance(node, ast.Attribute) and node.attr in MODULE_ATTRIBUTES:
+            found.append(f"{path.name}:{node.lineno} module attribute .{node.attr}")
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if any(p in node.value for p in MODULE_PATHS) and not isinstance(node, ast.Expr):
+                found.append(f"{path.name}:{node.lineno} module path in {node.value[:40]!r}")
+    return found
+
+
+def test_only_the_architectures_package_knows_transformers_modules():
+    offences = [line for path in python_files() for line in architecture_knowledge(path)]
+    assert offences == []
+
+
+def test_the_layout_check_finds_what_it_looks_for(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        'if model.config.model_type == "gpt2":\n'
+        "    y = model.encoder.layer[0]\n"
+        'hook = getattr(model, "h")  # "encoder.layer.0"\n'
+        'name = "transformer.h[0].attn.c_attn"\n'
+    )
+    found = architecture_knowledge(bad)
+    assert len(found) == 3 and "compares model_type" in found[0]
+
+
+FAMILIES = families()
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_family_figures_match_their_declaration(name):
+    family = FAMILIES[name]
+    plots = importlib.import_module(f"attnscope.analyses.{name}.plots")
+    assert set(plots.FIGURES) == {f.name for f in family.figures}
+    for figure in family.figures:
+        expected = {t.split(".")[0] for t in figure.tables} | set(figure.settings) | {"title"}
+        if figure.scope == "all":
+            expected.add("models")
+        params = inspect.signature(plots.FIGURES[figure.name]).parameters
+        required = {k for k, p in params.items() if p.default is inspect.Parameter.empty}
+        assert required <= expected <= set(params), figure.name
+        caption = ROOT / "report" / name / f"{figure.name}.rst"
+        assert caption.is_file() and caption.read_text().strip(), caption
+    assert (ROOT / "rules" / f"{name}.smk").read_text().count(f"rule {name}:\n") == 1
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_readme_lists_every_declared_output(name):
+    readme = (ROOT / "README.md").read_text()
+    family = FAMILIES[name]
+    files = [file for files in family.tables.values() for file in files]
+    files += [Path(p).name.split(".")[0] for f in family.figures for p in figure_paths(family, f)]
+    missing = [file for file in files if file.split(".")[0] not in readme]
+    assert missing == []
+
+
+def test_plots_modules_import_without_torch():
+    """Figures run in the plots environment, which has no torch."""
+    imports = "\n".join(f"import attnscope.analyses.{name}.plots" for name in FAMILIES)
+    code = f"import sys\n{imports}\nassert 'torch' not in sys.modules, 'torch was imported'"
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "scripts", capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
