@@ -6,6 +6,14 @@ min_version("9.0")
 configfile: "config/config.yaml"
 
 
+# Models and corpora given with --configfile or --config replace the built-in ones instead of
+# being merged with them: a config that names only your model runs only your model. Every
+# other key overrides the built-in value and keeps the rest.
+for key in ("models", "corpora"):
+    if key in workflow.config_settings.overwrite_config:
+        config[key] = workflow.config_settings.overwrite_config[key]
+
+
 validate(config, "config/schema.yaml")
 
 

@@ -1,4 +1,6 @@
 # Acquire models and data: everything else reads only what these rules write.
+# The mirror folder is read from the config, not passed as a parameter: where the verified
+# files come from does not change them, so moving or respelling it reruns nothing.
 
 
 rule acquire_model:
@@ -10,7 +12,6 @@ rule acquire_model:
         "../envs/model.yaml"
     params:
         spec=model_settings,
-        mirror=config["mirror"],
     script:
         "../scripts/acquire_model.py"
 
@@ -24,7 +25,6 @@ rule acquire_data:
         "../envs/model.yaml"
     params:
         relpath="{dataset}/{filename}",
-        mirror=config["mirror"],
     script:
         "../scripts/acquire_data.py"
 

@@ -22,13 +22,24 @@ wildcard_constraints:
     figure="[A-Za-z0-9_]+",
 
 
+def canonical(value):
+    """A config block with its keys sorted at every level: as a rule parameter it then
+    compares equal however the config file orders its keys."""
+    if isinstance(value, dict):
+        return {key: canonical(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [canonical(item) for item in value]
+    return value
+
+
 def corpus_settings(wildcards):
-    """The corpus block of the config with schema defaults, as a plain dict."""
-    return dict(config["corpora"][wildcards.corpus])
+    """The corpus block of the config with schema defaults, keys sorted."""
+    return canonical(config["corpora"][wildcards.corpus])
 
 
 def model_settings(wildcards):
-    return dict(config["models"][wildcards.model])
+    """The model block of the config, keys sorted."""
+    return canonical(config["models"][wildcards.model])
 
 
 def corpus_data_files(wildcards):

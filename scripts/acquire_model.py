@@ -7,7 +7,7 @@ log = runlog.start(snakemake)
 manifest = build_manifest(
     snakemake.wildcards.model,
     snakemake.params.spec,
-    mirror=snakemake.params.mirror,
+    mirror=snakemake.config["mirror"],
 )
 log.info(
     "model %s: %s %s at %s",

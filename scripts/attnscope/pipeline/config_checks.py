@@ -21,6 +21,8 @@ def check_config(config: dict, families: dict[str, Family]) -> None:
             raise ConfigError(f"config: corpora.{name}.path is required for kind clark")
     for name, family in families.items():
         settings = config["analyses"][name]
+        if not settings.get("enabled", True):
+            continue
         key = "corpora" if "corpora" in settings else "corpus"
         for corpus in family.corpora(settings):
             if corpus not in corpora:
