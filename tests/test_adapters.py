@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from attnscope.architectures import UnsupportedModelError, canonical_weights
+from attnscope.architectures import UnsupportedModelError, architecture, canonical_weights
 from attnscope.core.attention import (
     attention_output,
     attention_probs,
@@ -85,3 +85,11 @@ def test_unknown_architecture_is_named():
     model = T5Model(T5Config(d_model=16, num_layers=1, num_heads=2, d_ff=32, vocab_size=50))
     with pytest.raises(UnsupportedModelError, match="t5"):
         canonical_weights(model)
+
+
+def test_max_positions_match_the_usable_position_rows(family):
+    """The registry's position limit (read from config.json alone, without torch) equals the
+    number of position rows real inputs use (RoBERTa reserves rows up to padding_idx)."""
+    model = tiny_model(family)
+    limit = architecture(model.config.model_type).max_positions(model.config.to_dict())
+    assert limit == canonical_weights(model).position_embeddings.shape[0]

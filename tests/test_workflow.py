@@ -18,17 +18,20 @@ SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 pytestmark = pytest.mark.workflow
 
 
-def snakemake(workdir: Path, config: dict, *args: str) -> subprocess.CompletedProcess:
-    """Run the workflow on `config` alone, in `workdir`."""
+def snakemake(
+    workdir: Path, config: dict, *args: str, replace: bool = True
+) -> subprocess.CompletedProcess:
+    """Run the workflow on `config` alone (`replace`), or on `config` over the built-in one,
+    in `workdir`. The config file keeps the dict's key order."""
     workdir.mkdir(parents=True, exist_ok=True)
     configfile = workdir / "config.yaml"
-    configfile.write_text(yaml.safe_dump(config))
+    configfile.write_text(yaml.safe_dump(config, sort_keys=False))
     command = [
         str(SNAKEMAKE),
         "--snakefile", str(ROOT / "Snakefile"),
         "--directory", str(workdir),
         "--configfile", str(configfile),
-        "--replace-workflow-config",
+        *(["--replace-workflow-config"] if replace else []),
         "--cores", "2",
         *args,
     ]  # fmt: skip
@@ -111,8 +114,8 @@ def scheduled_rules(result) -> set[str]:
 @pytest.mark.parametrize(
     "analysis, key, value, expected",
     [
-        ("norms", "seed", 7, {"norms_compute", "norms_figures", "norms_affine_figure"}),
-        ("weights", "n_clusters", 3, {"weights_distances", "weights_figures_map"}),
+        ("norms", "seed", 7, {"norms_compute", "figure_corpus", "figure_model"}),
+        ("weights", "n_clusters", 3, {"weights_distances", "figure_corpus"}),
     ],
 )
 def test_changing_one_setting_reruns_only_what_depends_on_it(
@@ -124,6 +127,50 @@ def test_changing_one_setting_reruns_only_what_depends_on_it(
     rules = scheduled_rules(snakemake(workdir, changed, "--dry-run"))
     assert expected <= rules
     assert rules - expected <= {"all", "config_snapshot"}, rules
+
+
+def reversed_keys(value):
+    """The same config with the keys of every mapping in reverse order."""
+    if isinstance(value, dict):
+        return {key: reversed_keys(value[key]) for key in reversed(list(value))}
+    return value
+
+
+def test_key_order_and_mirror_spelling_rerun_nothing(tiny_run):
+    """Results depend on what the config says, not on how it spells it."""
+    workdir, config = tiny_run
+    respelled = reversed_keys(config)
+    respelled["mirror"] = os.path.relpath(MIRROR, workdir) + "/"
+    again = snakemake(workdir, respelled, "--dry-run")
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr, (
+        again.stdout + again.stderr
+    )[-3000:]
+
+
+@pytest.mark.parametrize("family", ["weights", "norms", "position"])
+def test_one_family_builds_alone(tmp_path, tiny_model_dir, family):
+    config = small_config({"tiny": {"source": "path", "path": str(tiny_model_dir)}})
+    rules = scheduled_rules(snakemake(tmp_path, config, family, "--dry-run"))
+    others = {"weights", "norms", "position"} - {family}
+    assert family in rules and any(rule.startswith(f"{family}_") for rule in rules)
+    assert not any(rule.split("_")[0] in others for rule in rules), rules
+
+
+def test_switched_off_family_is_not_built(tmp_path, tiny_model_dir):
+    config = small_config({"tiny": {"source": "path", "path": str(tiny_model_dir)}})
+    config["analyses"]["position"]["enabled"] = False
+    del config["corpora"]["wiki512"]
+    rules = scheduled_rules(snakemake(tmp_path, config, "--dry-run"))
+    assert "weights_stats" in rules and not any(r.startswith("position") for r in rules)
+
+
+def test_my_configfile_runs_only_my_model(tmp_path, tiny_model_dir):
+    """A --configfile naming one model replaces the built-in models, not merges with them."""
+    mine = {"models": {"tiny": {"source": "path", "path": str(tiny_model_dir)}}}
+    result = snakemake(tmp_path, mine | {"mirror": str(MIRROR)}, "--dry-run", replace=False)
+    text = result.stdout + result.stderr
+    assert result.returncode == 0, text[-3000:]
+    assert "results/tiny/wiki/hidden_states.h5" in text and "minilm-l6" not in text
 
 
 def test_report_builds(tiny_run):
@@ -202,6 +249,17 @@ def test_bad_config_fails_before_any_job(tmp_path, change, message):
     result = snakemake(tmp_path, config, "--dry-run")
     assert result.returncode != 0
     assert message in result.stdout + result.stderr
+    assert not (tmp_path / "results").exists()
+
+
+def test_max_length_beyond_the_model_fails_before_any_job(tmp_path, tiny_model_dir):
+    """A corpus longer than the model's positions stops the run at once, naming both."""
+    config = small_config({"tiny": {"source": "path", "path": str(tiny_model_dir)}})
+    config["corpora"]["wiki"]["max_length"] = 100000
+    result = snakemake(tmp_path, config, "--dry-run")
+    text = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "corpora.wiki.max_length is 100000" in text and "at most 128 positions" in text
     assert not (tmp_path / "results").exists()
 
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
-
 from attnscope.architectures import bert, gpt2
 from attnscope.architectures.base import Architecture, UnsupportedModelError, base_model
 from attnscope.core.canonical import CanonicalModel
@@ -79,5 +77,7 @@ def has_mlm_head(path: str) -> bool:
         with safe_open(folder / "model.safetensors", "pt") as f:
             names = set(f.keys())
     elif (folder / "pytorch_model.bin").exists():
+        import torch
+
         names = set(torch.load(folder / "pytorch_model.bin", map_location="cpu"))
     return bool(prefixes) and any(name.startswith(prefixes) for name in names)

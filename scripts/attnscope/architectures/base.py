@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported inside the functions: the workflow reads the registry
+    import torch  # when it parses the config, in an environment without torch
 
 from attnscope.core.canonical import CanonicalLayerNorm, CanonicalModel
 
@@ -29,6 +31,7 @@ class Architecture:
                          block's output computed by the module itself, before any residual [B, n, d]
     residual_states      (model, inputs) -> the n_layers + 1 residual-stream states [B, n, d];
                          state l is the input of layer l + 1 (no final LayerNorm applied)
+    max_positions        config.json as a dict -> the longest input (pieces) the model takes
     mlm_head_prefixes    weight-name prefixes of a masked-LM head (none for causal LMs)
     """
 
@@ -38,6 +41,7 @@ class Architecture:
     uses_segment_ids: Callable[[object], bool]
     attention_output: Callable[..., torch.Tensor]
     residual_states: Callable[[torch.nn.Module, dict], list[torch.Tensor]]
+    max_positions: Callable[[dict], int]
     mlm_head_prefixes: tuple[str, ...] = ()
 
     def model_inputs(self, model, input_ids, attention_mask, token_type_ids) -> dict:
@@ -79,6 +83,8 @@ def additive_mask(mask: torch.Tensor, causal: bool, dtype: torch.dtype) -> torch
     """The [B, 1, n, n] additive mask a `transformers` attention module takes, built here
     independently of `attnscope.core.attention` so that checks against the module stay
     independent: 0 where query i may see key j, the dtype's minimum elsewhere."""
+    import torch
+
     n = mask.shape[-1]
     visible = mask[:, None, None, :].bool()
     if causal:
@@ -89,5 +95,7 @@ def additive_mask(mask: torch.Tensor, causal: bool, dtype: torch.dtype) -> torch
 
 def hidden_states_forward(model, inputs: dict) -> list[torch.Tensor]:
     """`output_hidden_states` of a forward pass without gradients.  n_layers + 1 x [B, n, d]"""
+    import torch
+
     with torch.no_grad():
         return list(model(**inputs, output_hidden_states=True).hidden_states)

@@ -6,7 +6,7 @@ embeddings drop them, so row t is real position t.
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from attnscope.architectures.base import (
     Architecture,
@@ -20,6 +20,9 @@ from attnscope.architectures.base import (
     split_heads_out,
 )
 from attnscope.core.canonical import CanonicalLayer, CanonicalModel
+
+if TYPE_CHECKING:
+    import torch
 
 ROBERTA_POSITIONS = ("roberta", "xlm-roberta", "camembert")
 
@@ -85,6 +88,8 @@ def uses_segment_ids(config) -> bool:
 def attention_output(model, layer: int, X: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """`encoder.layer[l].attention` run on X, taken at `attention.output.dense` (before dropout,
     residual and LayerNorm) with a forward hook.  [B, n, d]"""
+    import torch
+
     attention = base_model(model).encoder.layer[layer].attention
     captured = {}
     hook = attention.output.dense.register_forward_hook(
@@ -98,6 +103,12 @@ def attention_output(model, layer: int, X: torch.Tensor, mask: torch.Tensor) -> 
     return captured["y"]
 
 
+def max_positions(config: dict) -> int:
+    """Position rows minus RoBERTa's reserved ones (up to padding_idx)."""
+    reserved = config["pad_token_id"] + 1 if config["model_type"] in ROBERTA_POSITIONS else 0
+    return config["max_position_embeddings"] - reserved
+
+
 ARCHITECTURE = Architecture(
     name="bert",
     model_types=("bert", "roberta", "electra", "xlm-roberta", "camembert"),
@@ -105,5 +116,6 @@ ARCHITECTURE = Architecture(
     uses_segment_ids=uses_segment_ids,
     attention_output=attention_output,
     residual_states=hidden_states_forward,
+    max_positions=max_positions,
     mlm_head_prefixes=("cls.predictions", "lm_head", "generator_lm_head"),
 )

@@ -7,7 +7,7 @@ always layer l + 1 applied to state l.
 
 from __future__ import annotations
 
-import torch
+from typing import TYPE_CHECKING
 
 from attnscope.architectures.base import (
     Architecture,
@@ -20,6 +20,9 @@ from attnscope.architectures.base import (
     split_heads_out,
 )
 from attnscope.core.canonical import CanonicalLayer, CanonicalModel
+
+if TYPE_CHECKING:
+    import torch
 
 
 def _layer(block, config, activation, index: int) -> CanonicalLayer:
@@ -72,6 +75,8 @@ def canonical_weights(model) -> CanonicalModel:
 
 def attention_output(model, layer: int, X: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """`h[l].attn(ln_1(X))` with a causal mask: c_proj's output, before the residual.  [B, n, d]"""
+    import torch
+
     block = base_model(model).h[layer]
     with torch.no_grad():
         return block.attn(block.ln_1(X), attention_mask=additive_mask(mask, True, X.dtype))[0]
@@ -100,4 +105,5 @@ ARCHITECTURE = Architecture(
     uses_segment_ids=lambda config: False,
     attention_output=attention_output,
     residual_states=residual_states,
+    max_positions=lambda config: config["n_positions"],
 )

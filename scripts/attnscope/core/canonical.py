@@ -15,8 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # torch is imported where tensors are made: the registry is read without it
+    import torch
 
 
 @dataclass(frozen=True)
@@ -26,7 +28,9 @@ class CanonicalLayerNorm:
     eps: float
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.layer_norm(x, x.shape[-1:], self.gamma, self.beta, self.eps)
+        from torch.nn.functional import layer_norm
+
+        return layer_norm(x, x.shape[-1:], self.gamma, self.beta, self.eps)
 
 
 @dataclass(frozen=True)

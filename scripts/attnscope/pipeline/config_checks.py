@@ -6,6 +6,8 @@ message naming the key, and nothing is computed or overwritten.
 
 from __future__ import annotations
 
+from attnscope.architectures import architecture
+from attnscope.pipeline.models import local_model_config
 from attnscope.pipeline.outputs import Family
 
 
@@ -32,3 +34,21 @@ def check_config(config: dict, families: dict[str, Family]) -> None:
                 )
         for problem in family.problems(settings):
             raise ConfigError(f"config: analyses.{name}: {problem}")
+    check_models(config)
+
+
+def check_models(config: dict) -> None:
+    """Every model that is on this machine exists, has a supported architecture, and takes
+    inputs as long as every corpus's max_length (hub models still to fetch: at acquisition)."""
+    for name, spec in config["models"].items():
+        model_config = local_model_config(name, spec, config["mirror"])
+        if model_config is None:
+            continue
+        family = architecture(model_config.get("model_type"), f"model {name!r}")
+        limit = family.max_positions(model_config)
+        for corpus, settings in config["corpora"].items():
+            if settings["max_length"] > limit:
+                raise ConfigError(
+                    f"config: corpora.{corpus}.max_length is {settings['max_length']}, but "
+                    f"model {name!r} takes at most {limit} positions; lower max_length"
+                )

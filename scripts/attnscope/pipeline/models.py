@@ -82,6 +82,16 @@ def resolve_folder(name: str, spec: dict, mirror: str, resources: Path) -> tuple
     return folder, model_id, revision
 
 
+def local_model_config(name: str, spec: dict, mirror: str = "") -> dict | None:
+    """config.json of a configured model where it is on this machine without a download (a
+    package, a path, a hub model in the mirror), as a dict; None for a hub model to fetch."""
+    if spec["source"] == "hub":
+        if not (mirror and (Path(mirror) / "models" / spec["repo"]).is_dir()):
+            return None
+    folder, _, _ = resolve_folder(name, spec, mirror, Path("resources/models"))
+    return json.loads((folder / "config.json").read_text())
+
+
 def build_manifest(name: str, spec: dict, mirror: str = "", resources: str = "resources/models"):
     """Everything later rules need to know about a model, as a JSON-ready dict."""
     from transformers import AutoConfig
