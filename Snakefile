@@ -1,9 +1,12 @@
+from pathlib import Path
+
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
 
-configfile: "config/config.yaml"
+# The built-in configuration, found from the workflow's folder (also under --directory).
+configfile: str(Path(workflow.basedir) / "config" / "config.yaml")
 
 
 # Models and corpora given with --configfile or --config replace the built-in ones instead of

@@ -29,6 +29,6 @@ rule config_snapshot:
     conda:
         "../envs/model.yaml"
     params:
-        config=config,
+        config=canonical(config),
     script:
         "../scripts/config_snapshot.py"
