@@ -73,7 +73,7 @@ def tiny_model_dir(tmp_path_factory):
         num_hidden_layers=2,
         num_attention_heads=4,
         intermediate_size=64,
-        max_position_embeddings=128,
+        max_position_embeddings=512,  # as many as the default corpora use
     )
     BertModel(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
@@ -261,7 +261,7 @@ def test_max_length_beyond_the_model_fails_before_any_job(tmp_path, tiny_model_d
     result = snakemake(tmp_path, config, "--dry-run")
     text = result.stdout + result.stderr
     assert result.returncode != 0
-    assert "corpora.wiki.max_length is 100000" in text and "at most 128 positions" in text
+    assert "corpora.wiki.max_length is 100000" in text and "at most 512 positions" in text
     assert not (tmp_path / "results").exists()
 
 
