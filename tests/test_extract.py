@@ -82,3 +82,26 @@ def test_check_store_tool_accepts_a_good_store_and_rejects_a_tampered_one(tmp_pa
     with h5py.File(store, "a") as f:
         f["hidden/1"][0, 1, 0] += 1e-2
     assert subprocess.run(command, capture_output=True).returncode == 1
+
+
+def test_check_store_tool_accepts_a_float16_store_and_says_why_it_rejects(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    model = tiny_model("bert")
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", "bert")
+    store = tmp_path / "hs16.h5"
+    extract(model, encoded, store, batch_size=3, device="cpu", dtype="float16")
+    model.save_pretrained(tmp_path / "model")
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"path": str(tmp_path / "model")}))
+    tool = Path(__file__).parents[1] / "tools" / "check_store.py"
+    command = [sys.executable, str(tool), str(store), str(manifest)]
+    good = subprocess.run(command, capture_output=True, text=True)
+    assert good.returncode == 0 and "OK" in good.stdout and "float16" in good.stdout
+    with h5py.File(store, "a") as f:
+        f["hidden/1"][0, 1, 0] += 0.5
+    bad = subprocess.run(command, capture_output=True, text=True)
+    assert bad.returncode == 1 and "FAIL: hidden/1" in bad.stdout

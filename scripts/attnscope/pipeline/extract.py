@@ -11,13 +11,12 @@ import importlib.metadata
 import json
 from pathlib import Path
 
-import h5py
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from attnscope.architectures import architecture
-from attnscope.core.store import TOKEN_ARRAYS, atomic_h5
+from attnscope.core.store import TOKEN_ARRAYS, atomic_h5, open_store
 from attnscope.data.datasets import sha256_of
 
 PACKAGES = ("torch", "transformers", "numpy", "h5py")
@@ -36,7 +35,7 @@ def extract(
     """Write hidden_states.h5 for one model and one encoded corpus; returns summary stats."""
     storage = np.dtype(dtype)
     model = model.to(device).eval()
-    with h5py.File(encoded_path, "r") as enc, atomic_h5(out_path) as out:
+    with open_store(encoded_path, "encode_corpus") as enc, atomic_h5(out_path) as out:
         arrays = {name: enc[name][()] for name in TOKEN_ARRAYS}
         n_seq, length = arrays["input_ids"].shape
         if n_seq == 0:
