@@ -12,7 +12,7 @@ SNAKEMAKE_ARGS ?=
 ENVS := envs/model.yaml envs/plots.yaml envs/workflow.yaml
 MIRROR_CONFIG := $(if $(MIRROR),--config mirror=$(abspath $(MIRROR)),)
 
-.PHONY: venv run test lint report clean-venv
+.PHONY: venv run test test-slurm lint report clean-venv
 
 venv: $(VENV)/.installed
 
@@ -29,7 +29,7 @@ run: venv
 	$(BIN)/snakemake --cores $(CORES) --profile profiles/default $(MIRROR_CONFIG) $(SNAKEMAKE_ARGS)
 
 report: venv
-	$(BIN)/snakemake --profile profiles/default $(MIRROR_CONFIG) --report results/report.html
+	$(BIN)/snakemake --profile profiles/default $(MIRROR_CONFIG) $(SNAKEMAKE_ARGS) --report results/report.html
 
 lint: venv
 	$(BIN)/ruff check scripts tests tools benchmarks
@@ -40,6 +40,11 @@ lint: venv
 
 test: lint
 	ATTNSCOPE_MIRROR=$(abspath $(or $(MIRROR),../shared/data)) $(BIN)/pytest
+
+# The workflow through profiles/slurm on a throwaway one-node SLURM cluster (slurm-wlm + munge,
+# root; skipped with a how-to otherwise). `make test` runs it too when SLURM is installed.
+test-slurm: venv
+	ATTNSCOPE_MIRROR=$(abspath $(or $(MIRROR),../shared/data)) $(BIN)/pytest -m slurm tests/test_slurm.py -rs
 
 clean-venv:
 	rm -rf $(VENV)

@@ -38,6 +38,15 @@ include: "rules/figures.smk"
 include: "rules/report.smk"
 
 
+onstart:
+    # Writers killed with kill -9 leave `<output>.partial` files; no writer runs now (Snakemake
+    # holds the directory lock), so they are stale.
+    from attnscope.core.files import remove_stale_partials
+
+    for stale in remove_stale_partials("results"):
+        print(f"removed {stale}, left by a killed job")
+
+
 rule all:
     input:
         foundation_targets(),

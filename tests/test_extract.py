@@ -82,3 +82,51 @@ def test_check_store_tool_accepts_a_good_store_and_rejects_a_tampered_one(tmp_pa
     with h5py.File(store, "a") as f:
         f["hidden/1"][0, 1, 0] += 1e-2
     assert subprocess.run(command, capture_output=True).returncode == 1
+
+
+def test_check_store_tool_accepts_a_float16_store_and_says_why_it_rejects(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    model = tiny_model("bert")
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", "bert")
+    store = tmp_path / "hs16.h5"
+    extract(model, encoded, store, batch_size=3, device="cpu", dtype="float16")
+    model.save_pretrained(tmp_path / "model")
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"path": str(tmp_path / "model")}))
+    tool = Path(__file__).parents[1] / "tools" / "check_store.py"
+    command = [sys.executable, str(tool), str(store), str(manifest)]
+    good = subprocess.run(command, capture_output=True, text=True)
+    assert good.returncode == 0 and "OK" in good.stdout and "float16" in good.stdout
+    with h5py.File(store, "a") as f:
+        f["hidden/1"][0, 1, 0] += 0.5
+    bad = subprocess.run(command, capture_output=True, text=True)
+    assert bad.returncode == 1 and "FAIL: hidden/1" in bad.stdout
+
+
+def test_extraction_with_sdpa_equals_the_eager_forward_and_restores_eager(tmp_path):
+    """Extraction runs SDPA (no attention maps needed); states equal an eager forward's to
+    float rounding, padding beyond each batch's longest sequence stays 0, and the model is
+    eager again afterwards (attention analyses need eager)."""
+    model = tiny_model("bert")
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", "bert", batch=5, length=16)
+    store = tmp_path / "hs.h5"
+    extract(model, encoded, store, batch_size=2, device="cpu")
+    assert model.config._attn_implementation == "eager"
+    with HiddenStates(store) as hs, torch.no_grad():
+        ids = torch.from_numpy(hs.input_ids.astype(np.int64))
+        mask = torch.from_numpy(hs.attention_mask.astype(np.int64))
+        types = torch.from_numpy(hs.token_type_ids.astype(np.int64))
+        eager = model(
+            input_ids=ids, attention_mask=mask, token_type_ids=types, output_hidden_states=True
+        )
+        real = hs.attention_mask.astype(bool)
+        for l, state in enumerate(eager.hidden_states):
+            stored = hs.hidden(l)
+            assert np.abs(stored[real] - state.numpy()[real]).max() < 1e-4
+            for start, stop in [(0, 2), (2, 4), (4, 5)]:
+                n = int(hs.lengths[start:stop].max())
+                assert not stored[start:stop, n:].any()

@@ -53,13 +53,22 @@ def load_model(path: str, device: str = "cpu", with_lm_head: bool = False):
     from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
 
     architecture(AutoConfig.from_pretrained(path).model_type, f"model at {path}")
-    if with_lm_head:
-        if not has_mlm_head(path):
-            return None
-        model = AutoModelForMaskedLM.from_pretrained(path, attn_implementation="eager")
-    else:
-        model = AutoModel.from_pretrained(path, attn_implementation="eager")
+    if with_lm_head and not has_mlm_head(path):
+        return None
+    loader = AutoModelForMaskedLM if with_lm_head else AutoModel
+    try:
+        model = loader.from_pretrained(path, attn_implementation="eager")
+    except Exception as error:  # safetensors, torch.load and transformers raise their own types
+        raise OSError(f"cannot load the model weights {_weight_files(path)}: {error}") from error
     return model.to(device).eval()
+
+
+def _weight_files(path: str) -> str:
+    """The weight files of a model folder, for error messages, with the fix."""
+    files = sorted(
+        str(p) for p in Path(path).iterdir() if p.suffix in (".safetensors", ".bin")
+    ) or [f"in {path}"]
+    return f"{', '.join(files)} (damaged or truncated? delete the folder and rerun acquire_model)"
 
 
 def has_mlm_head(path: str) -> bool:
@@ -74,8 +83,11 @@ def has_mlm_head(path: str) -> bool:
     if index.exists():
         names = set(json.loads(index.read_text())["weight_map"])
     elif (folder / "model.safetensors").exists():
-        with safe_open(folder / "model.safetensors", "pt") as f:
-            names = set(f.keys())
+        try:
+            with safe_open(folder / "model.safetensors", "pt") as f:
+                names = set(f.keys())
+        except Exception as error:
+            raise OSError(f"cannot read {_weight_files(path)}: {error}") from error
     elif (folder / "pytorch_model.bin").exists():
         import torch
 

@@ -1,8 +1,8 @@
 """Files written atomically and hashed: a reader never sees a half-written output.
 
 Every output goes to `<name>.partial` first and is renamed to `<name>` only when complete;
-a failed writer removes its partial file (a killed one leaves it, and the next writer
-replaces it).
+a failed writer removes its partial file. A killed one (kill -9) cannot: the workflow removes
+such stale partial files when it starts (`remove_stale_partials`, called from Snakefile onstart).
 """
 
 from __future__ import annotations
@@ -48,3 +48,12 @@ def sha256_of(path: str | Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def remove_stale_partials(folder: str | Path) -> list[Path]:
+    """Delete every `*.partial` file under `folder` (left by writers that were killed) and
+    return them. Call only when no writer runs there (Snakemake holds its directory lock)."""
+    stale = sorted(Path(folder).rglob("*.partial")) if Path(folder).is_dir() else []
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale

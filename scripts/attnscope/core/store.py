@@ -31,6 +31,22 @@ from attnscope.core.files import atomic_path
 TOKEN_ARRAYS = ("input_ids", "attention_mask", "token_type_ids", "category", "word_ids")
 
 
+class DamagedStoreError(RuntimeError):
+    """A stored HDF5 file cannot be read (truncated, overwritten, or not HDF5)."""
+
+
+def open_store(path: str | Path, rule: str = "extract_hidden_states") -> h5py.File:
+    """Open an HDF5 store for reading; a damaged file raises DamagedStoreError naming the file
+    and the rule to rerun (Snakemake only reruns what is downstream of a changed file)."""
+    try:
+        return h5py.File(path, "r")
+    except OSError as error:
+        raise DamagedStoreError(
+            f"{path} is damaged and cannot be read ({error}). Rebuild it with "
+            f"`snakemake --forcerun {rule}` (or delete the file and rerun)"
+        ) from error
+
+
 @contextmanager
 def atomic_h5(path: str | Path) -> Iterator[h5py.File]:
     """Open `path`.partial for writing and rename it to `path` only on success.
@@ -72,12 +88,13 @@ class HiddenStates:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self._file = h5py.File(self.path, "r")
+        self._file = open_store(self.path)
         for name in TOKEN_ARRAYS:
             setattr(self, name, self._file[name][()])
         self.n_sequences, self.length = self.input_ids.shape
         self.n_layers = len(self._file["hidden"]) - 1
         self.d_model = self._file["hidden/0"].shape[-1]
+        self.storage_dtype = self._file["hidden/0"].dtype
         self.attrs = dict(self._file.attrs)
         self.lengths = self.attention_mask.sum(axis=1).astype(int)
 

@@ -9,18 +9,77 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import queue
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
-import h5py
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from attnscope.architectures import architecture
-from attnscope.core.store import TOKEN_ARRAYS, atomic_h5
+from attnscope.core.store import TOKEN_ARRAYS, atomic_h5, batch_spans, open_store
 from attnscope.data.datasets import sha256_of
 
 PACKAGES = ("torch", "transformers", "numpy", "h5py")
+
+
+@contextmanager
+def sdpa_attention(model):
+    """Run `model` with PyTorch's fused attention (SDPA) inside the block, then restore its
+    attention implementation. Hidden states need no attention maps, and SDPA and eager differ
+    by float rounding only (tests/test_extract.py compares them); analyses that read attention
+    weights keep eager."""
+    before = model.config._attn_implementation
+    try:
+        model.set_attn_implementation("sdpa")
+    except (ValueError, ImportError, AttributeError):  # a model without SDPA support
+        yield model
+        return
+    try:
+        yield model
+    finally:
+        model.set_attn_implementation(before)
+
+
+class BackgroundWriter:
+    """Write batches of states to the `hidden/{l}` datasets in a thread, so HDF5 writes overlap
+    the next batch's forward pass. The queue holds at most 2 batches (bounded memory); an
+    error in the thread is raised again in the caller."""
+
+    def __init__(self, datasets: list, depth: int = 2):
+        self.datasets = datasets
+        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while (item := self.queue.get()) is not None:
+            if self.error is not None:
+                continue  # drain after a failure
+            start, stop, n, states = item
+            try:
+                for dataset, state in zip(self.datasets, states, strict=True):
+                    dataset[start:stop, :n] = state
+            except BaseException as error:  # re-raised by put/close in the caller's thread
+                self.error = error
+
+    def put(self, start: int, stop: int, n: int, states: list[np.ndarray]) -> None:
+        """Queue states [B, n, d] per layer for sequences [start, stop)."""
+        if self.error is not None:
+            raise self.error
+        self.queue.put((start, stop, n, states))
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, kind, error, trace):
+        self.queue.put(None)
+        self.thread.join()
+        if self.error is not None and kind is None:
+            raise self.error
 
 
 def extract(
@@ -36,7 +95,7 @@ def extract(
     """Write hidden_states.h5 for one model and one encoded corpus; returns summary stats."""
     storage = np.dtype(dtype)
     model = model.to(device).eval()
-    with h5py.File(encoded_path, "r") as enc, atomic_h5(out_path) as out:
+    with open_store(encoded_path, "encode_corpus") as enc, atomic_h5(out_path) as out:
         arrays = {name: enc[name][()] for name in TOKEN_ARRAYS}
         n_seq, length = arrays["input_ids"].shape
         if n_seq == 0:
@@ -46,27 +105,31 @@ def extract(
             arrays["token_type_ids"] = np.zeros_like(arrays["token_type_ids"])
         for name, values in arrays.items():
             out.create_dataset(name, data=values)
+        lengths = arrays["attention_mask"].sum(axis=1)
         d = model.config.hidden_size
         n_states = model.config.num_hidden_layers + 1
         chunk = (min(batch_size, n_seq), length, d)
         hidden = [
-            out.create_dataset(f"hidden/{l}", shape=(n_seq, length, d), dtype=storage, chunks=chunk)
+            out.create_dataset(
+                f"hidden/{l}", shape=(n_seq, length, d), dtype=storage, chunks=chunk, fillvalue=0
+            )
             for l in range(n_states)
         ]
         progress = tqdm(total=n_seq, unit="seq", file=log, mininterval=5, desc="extract")
-        for start in range(0, n_seq, batch_size):
-            stop = min(start + batch_size, n_seq)
-            n = int(arrays["attention_mask"][start:stop].sum(axis=1).max())
-            batch = {
-                key: torch.from_numpy(arrays[key][start:stop, :n].astype(np.int64)).to(device)
-                for key in ("input_ids", "attention_mask", "token_type_ids")
-            }
-            states = family.residual_states(model, family.model_inputs(model, **batch))
-            for l, state in enumerate(states):
-                block = np.zeros((stop - start, length, d), dtype=storage)
-                block[:, :n] = state.float().cpu().numpy().astype(storage)
-                hidden[l][start:stop] = block
-            progress.update(stop - start)
+        with sdpa_attention(model), BackgroundWriter(hidden) as writer:
+            for start, stop, n in batch_spans(lengths, batch_size):
+                batch = {
+                    key: torch.from_numpy(arrays[key][start:stop, :n].astype(np.int64)).to(device)
+                    for key in ("input_ids", "attention_mask", "token_type_ids")
+                }
+                with torch.inference_mode():
+                    states = family.residual_states(model, family.model_inputs(model, **batch))
+                # Only the first n positions are written: the rest of the batch is padding,
+                # which the dataset's fill value (0) already holds.
+                writer.put(
+                    start, stop, n, [s.float().cpu().numpy().astype(storage) for s in states]
+                )
+                progress.update(stop - start)
         progress.close()
         out.attrs.update(attrs or {})
         out.attrs["corpus_sha256"] = sha256_of(encoded_path)

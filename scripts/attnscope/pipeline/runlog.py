@@ -7,6 +7,20 @@ import os
 import sys
 
 
+def _report_to_console(rule: str, log_path: str, console):
+    """An excepthook: the traceback goes to the log, the error itself to the console too,
+    so a failed job says why where the user looks (Snakemake prints only `message: None`)."""
+
+    def hook(kind, error, trace):
+        sys.__excepthook__(kind, error, trace)
+        console.write(
+            f"Error in rule {rule}: {kind.__name__}: {error}\n(traceback in {log_path})\n"
+        )
+        console.flush()
+
+    return hook
+
+
 def start(snakemake) -> logging.Logger:
     """Redirect stdout/stderr of a `script:` job to its `log:` file; return a logger.
 
@@ -16,6 +30,7 @@ def start(snakemake) -> logging.Logger:
     if snakemake.log:
         stream = open(snakemake.log[0], "w", buffering=1)
         sys.stdout = sys.stderr = stream
+        sys.excepthook = _report_to_console(snakemake.rule, snakemake.log[0], sys.__stderr__)
     threads = str(max(1, int(getattr(snakemake, "threads", 1))))
     os.environ["OMP_NUM_THREADS"] = threads
     if "torch" in sys.modules:

@@ -1,0 +1,104 @@
+"""The workflow through profiles/slurm on a real (throwaway, single-node) SLURM cluster.
+
+`make test-slurm` runs this. It starts slurmctld, slurmd (and munged if none runs) from
+Debian's slurm-wlm/munge in a temp folder, runs one family's tables for a tiny random model
+with the SLURM executor (CPU overrides: device=cpu, the test cluster's partitions, no conda,
+status from squeue since there is no accounting database), checks that every job went through
+sbatch and that the tables equal a local run's, and stops the daemons it started, by pid.
+Takes 3 to 5 minutes on 2 shared cores (5 min 11 s measured), most of it the executor's status
+polling; the SLURM run itself is 6 jobs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from slurm_cluster import INSTALL, Cluster, missing_tools
+from test_workflow import ROOT, SNAKEMAKE, small_config, tiny_model_dir  # noqa: F401
+
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.skipif(bool(missing_tools()), reason=f"no SLURM here: {INSTALL}"),
+    pytest.mark.skipif(os.geteuid() != 0, reason="the throwaway SLURM cluster needs root"),
+]
+
+TARGETS = ["results/tiny/wiki/norms/sep_heads.tsv", "results/tiny/wiki/norms/x_summary.tsv"]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    cluster = Cluster(tmp_path_factory.mktemp("slurm")).start()
+    yield cluster
+    cluster.stop()
+
+
+def test_profile_runs_every_job_through_sbatch_with_local_results(
+    cluster,
+    tmp_path,
+    tiny_model_dir,  # noqa: F811
+):
+    config = small_config({"tiny": {"source": "path", "path": str(tiny_model_dir)}})
+    config["corpora"] = {"wiki": config["corpora"]["wiki"]}
+    config["analyses"] = {
+        "norms": {"corpora": ["wiki"]},
+        "weights": {"enabled": False},
+        "position": {"enabled": False},
+    }
+    config["cluster"] = {"cpu_partition": "cpu", "gpu_partition": "gpu"}
+    configfile = tmp_path / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config, sort_keys=False))
+
+    # profiles/slurm with CPU overrides for the test node.
+    profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
+    profile.pop("software-deployment-method")
+    profile["config"] = ["device=cpu"]
+    profile["latency-wait"] = 5
+    profile["slurm-status-command"] = "squeue"
+    profile["slurm-init-seconds-before-status-checks"] = 5
+    profile["default-resources"]["mem_mb"] = 1000
+    for resources in profile["set-resources"].values():
+        resources["mem_mb"] = 1000
+    (tmp_path / "profile").mkdir()
+    (tmp_path / "profile" / "config.yaml").write_text(yaml.safe_dump(profile))
+
+    def run(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+        command = [
+            str(SNAKEMAKE), "--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir),
+            "--configfile", str(configfile), "--replace-workflow-config", *TARGETS, *args,
+        ]  # fmt: skip
+        return subprocess.run(
+            command, capture_output=True, text=True, timeout=1200, env=cluster.env
+        )
+
+    on_slurm = run(tmp_path / "slurm", "--profile", str(tmp_path / "profile"))
+    log = on_slurm.stdout + on_slurm.stderr
+    assert on_slurm.returncode == 0, log[-6000:]
+    job_ids = re.findall(r"SLURM jobid (\d+)", log)
+    total = int(re.search(r"^total\s+(\d+)", log, re.M).group(1))
+    assert len(set(job_ids)) == total, log[-6000:]
+    squeue = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-o", "%i %P %T"], capture_output=True, text=True,
+        env=cluster.env,
+    ).stdout  # fmt: skip
+    finished = {line.split()[0]: line.split()[1:] for line in squeue.splitlines()}
+    for job_id in job_ids:
+        assert finished[job_id] == ["cpu", "COMPLETED"], squeue
+
+    local = run(tmp_path / "local", "--cores", "2", "--config", "device=cpu")
+    assert local.returncode == 0, (local.stdout + local.stderr)[-6000:]
+    for target in TARGETS:
+        assert (tmp_path / "slurm" / target).read_text() == (
+            tmp_path / "local" / target
+        ).read_text()
+    compare = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "compare_results.py"),
+         str(tmp_path / "local" / "results"), str(tmp_path / "slurm" / "results")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert compare.returncode == 0, compare.stdout
