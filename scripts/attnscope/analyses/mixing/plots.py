@@ -31,8 +31,11 @@ def mixing_ratio(mixing_ratio: pd.DataFrame, title: str):
     for scope in SCOPE_ORDER:
         rows = per_layer[per_layer["scope"] == scope]
         style = "--" if scope.endswith("-w") else "-"
-        left.plot(rows["layer"], rows["percent"], style, marker="o", color=palette[scope])
+        left.plot(
+            rows["layer"], rows["percent"], style, marker="o", color=palette[scope], label=scope
+        )
     left.set(xlabel="layer", ylabel="mixing ratio (%)", ylim=(0, 100))
+    left.legend(fontsize="x-small", ncol=2)
     left.set_xticks(sorted(per_layer["layer"].unique()))
     right.barh(overall.index, overall["percent"], color=[palette[s] for s in overall.index])
     for y, value in enumerate(overall["percent"]):
@@ -78,6 +81,7 @@ def scope_maps(example_maps: pd.DataFrame, title: str):
             grid = np.divide(grid, total, out=np.zeros_like(grid), where=total > 0)
             ax = axes[r, c]
             ax.imshow(grid, cmap="Reds", vmin=0)
+            ax.grid(False)
             ax.set_xticks([])
             ax.set_yticks([])
             if r == 0:
