@@ -269,3 +269,31 @@ def test_corpus_tables_against_independent_recomputation(tmp_path, family):
     assert (check["max_rel"] < 1e-5).all()
     example = result.example
     assert len(example) == len(SCOPES) * len(attentions) * 25
+
+
+def test_run_fails_when_the_ff_split_is_incomplete(tmp_path):
+    """A coarse m-step IG misses g(U) by more than the bound: the run stops naming the stage,
+    and the maps file is not left under its final name."""
+    from attnscope.analyses.mixing.corpus import analyse_corpus
+    from attnscope.core.checks import CheckError
+    from attnscope.core.store import atomic_h5
+
+    path, model = write_tiny_store(tmp_path, "bert")
+    maps_path = tmp_path / "maps.h5"
+    with pytest.raises(CheckError, match="AttnResLnFf"):
+        with HiddenStates(path) as store, atomic_h5(maps_path) as maps:
+            analyse_corpus(
+                store,
+                canonical_weights(model),
+                model,
+                maps,
+                batch_size=3,
+                device="cpu",
+                ig_steps=1,
+                max_rel_residual=1e-4,
+                maps_dtype="float32",
+                example_sequence=0,
+                example_tokens=4,
+                token_of=str,
+            )
+    assert not maps_path.exists()
