@@ -8,6 +8,7 @@ from pathlib import Path
 
 import h5py
 import numpy as np
+import pandas as pd
 import pytest
 import yaml
 
@@ -48,11 +49,13 @@ def small_config(models: dict, n: int = 4) -> dict:
             "wiki512": {"kind": "wiki512", "n_sequences": 2, "max_length": 64},
             "ewt": {"kind": "ewt", "n_sequences": n, "max_length": 64},
             "gap": {"kind": "gap", "n_sequences": n, "max_length": 128},
+            "wiki_masked": {"kind": "wiki", "n_sequences": 2, "max_length": 32, "mask_rate": 0.12},
         },
         "analyses": {
             "weights": {"corpora": ["wiki"]},
             "norms": {"corpora": ["wiki"]},
             "position": {"corpus": "wiki512"},
+            "mixing": {"corpora": ["wiki_masked"]},
         },
     }
 
@@ -102,6 +105,11 @@ def test_tiny_workflow_runs_every_rule(tiny_run):
         assert f.attrs["model_name"] == "tiny"
     assert (workdir / "results/tiny/wiki/benchmarks/extract_hidden_states.tsv").is_file()
     assert (workdir / "results/software/versions.tsv").is_file()
+    mixing = workdir / "results/tiny/wiki_masked/mixing"
+    check = pd.read_csv(mixing / "decomposition_check.tsv", sep="\t")
+    assert (check["max_rel"] < 1e-4).all() and "FfCompleteness" in set(check["stage"])
+    ratio = pd.read_csv(mixing / "mixing_ratio.tsv", sep="\t")
+    assert len(ratio) == 8 * 3 and ratio["mean"].between(0, 1).all()
 
 
 def scheduled_rules(result) -> set[str]:
@@ -149,11 +157,11 @@ def test_key_order_and_mirror_spelling_rerun_nothing(tiny_run):
     assert scheduled_rules(snakemake(workdir, respelled, "--dry-run")) == {"config_snapshot", "all"}
 
 
-@pytest.mark.parametrize("family", ["weights", "norms", "position"])
+@pytest.mark.parametrize("family", ["weights", "norms", "position", "mixing"])
 def test_one_family_builds_alone(tmp_path, tiny_model_dir, family):
     config = small_config({"tiny": {"source": "path", "path": str(tiny_model_dir)}})
     rules = scheduled_rules(snakemake(tmp_path, config, family, "--dry-run"))
-    others = {"weights", "norms", "position"} - {family}
+    others = {"weights", "norms", "position", "mixing"} - {family}
     assert family in rules and any(rule.startswith(f"{family}_") for rule in rules)
     assert not any(rule.split("_")[0] in others for rule in rules), rules
 
@@ -210,6 +218,7 @@ def test_default_pipeline_on_a_slice(tmp_path):
     config["corpora"]["wiki512"]["n_sequences"] = 2
     config["corpora"]["ewt"]["n_sequences"] = 8
     config["corpora"]["gap"]["n_sequences"] = 8
+    config["corpora"]["wiki_masked"]["n_sequences"] = 4
     result = snakemake(tmp_path, config)
     assert result.returncode == 0, (result.stdout + result.stderr)[-5000:]
     results = tmp_path / "results/minilm-l6"
@@ -219,6 +228,8 @@ def test_default_pipeline_on_a_slice(tmp_path):
         assert heads[column].between(0, 1).all(), column
     check = pd.read_csv(results / "wiki/norms/decomposition_check.tsv", sep="\t")
     assert (check["max_rel_residual"] < 1e-4).all()
+    check = pd.read_csv(results / "wiki_masked/mixing/decomposition_check.tsv", sep="\t")
+    assert (check["max_rel"] < 1e-4).all()
     manifest = json.loads((results / "model/manifest.json").read_text())
     model = load_model(manifest["path"])
     with h5py.File(results / "wiki/hidden_states.h5", "r") as f:

@@ -1,0 +1,44 @@
+# Whole-layer token mixing (Kobayashi et al. 2021, 2024; ANALYSES.md section 3).
+# Outputs are declared in scripts/attnscope/analyses/mixing/outputs.py.
+
+MIXING = config["analyses"]["mixing"]
+MIXING_OUT = FAMILIES["mixing"]
+
+
+rule mixing:
+    input:
+        family_targets("mixing"),
+
+
+rule mixing_compute:
+    input:
+        manifest=manifest,
+        hidden_states=hidden_states,
+    output:
+        **{
+            file.split(".")[0]: MIXING_OUT.table(file)
+            for file in MIXING_OUT.tables["corpus"]
+            if file.endswith(".tsv")
+        },
+        maps=MIXING_OUT.table("maps.h5"),
+    log:
+        "results/{model}/{corpus}/logs/mixing_compute.log",
+    benchmark:
+        "results/{model}/{corpus}/benchmarks/mixing_compute.tsv"
+    conda:
+        "../envs/model.yaml"
+    threads: 4
+    resources:
+        gpu=gpu_count,
+        slurm_partition=partition,
+    params:
+        device=config["device"],
+        batch_size=MIXING["batch_size"],
+        ig_steps=MIXING["ig_steps"],
+        max_rel_residual=MIXING["max_rel_residual"],
+        maps_dtype=MIXING["maps_dtype"],
+        example_sequence=MIXING["example_sequence"],
+        example_tokens=MIXING["example_tokens"],
+        ff_pairs_top_k=MIXING["ff_pairs_top_k"],
+    script:
+        "../scripts/mixing_compute.py"

@@ -1,0 +1,169 @@
+"""One streaming pass of the mixing analysis over a store (Kobayashi et al. 2021, 2024).
+
+Per layer and batch: the layer's stages decomposed (`layer_decomposition.layer_stages`), each
+stage checked against the real module output, its norm map ||z_ij|| written to
+`maps.h5` `{scope}/{layer}`, and the statistics fed with the batch's maps. At most one batch of
+one layer's decomposition is in memory.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import h5py
+import pandas as pd
+import torch
+
+from attnscope.analyses.mixing.layer_decomposition import (
+    SCOPES,
+    closing_layer_norm,
+    layer_stages,
+    reference_outputs,
+    weight_maps,
+)
+from attnscope.analyses.mixing.statistics import (
+    FfPairs,
+    MixingRatios,
+    ScopeRSA,
+    vector_mixing_ratio,
+    weight_mixing_ratio,
+)
+from attnscope.architectures import architecture
+from attnscope.core import checks
+from attnscope.core.attention import attention_probs, visible_pairs
+from attnscope.core.canonical import CanonicalModel
+from attnscope.core.store import HiddenStates
+
+COMPLETENESS = "FfCompleteness"
+
+
+@dataclass
+class MixingResult:
+    ratios: MixingRatios
+    rsa: ScopeRSA
+    ff_pairs: FfPairs
+    check: pd.DataFrame
+    example: pd.DataFrame
+
+
+class ResidualLog:
+    """The largest absolute and relative residual per (layer, stage) over every batch."""
+
+    def __init__(self, bound: float, log: logging.Logger | None):
+        self.bound, self.log = bound, log
+        self.worst: dict[tuple[int, str], tuple[float, float]] = {}
+
+    def add(self, layer: int, stage: str, got, want, mask) -> None:
+        max_abs, max_rel = checks.residual(got, want, mask)
+        old = self.worst.get((layer, stage), (0.0, 0.0))
+        self.worst[(layer, stage)] = (max(old[0], max_abs), max(old[1], max_rel))
+        checks.require(f"layer {layer}: mixing stage {stage} vs real output", max_rel, self.bound)
+
+    def table(self) -> pd.DataFrame:
+        rows = [(layer, stage, a, r) for (layer, stage), (a, r) in self.worst.items()]
+        table = pd.DataFrame(rows, columns=["layer", "stage", "max_abs", "max_rel"])
+        if self.log:
+            for stage, group in table.groupby("stage", sort=False):
+                self.log.info("%s: largest relative residual %.3g", stage, group["max_rel"].max())
+        return table
+
+
+def analyse_corpus(
+    store: HiddenStates,
+    weights: CanonicalModel,
+    model,
+    maps: h5py.File,
+    *,
+    batch_size: int,
+    device: str,
+    ig_steps: int,
+    max_rel_residual: float,
+    maps_dtype: str,
+    example_sequence: int,
+    example_tokens: int,
+    token_of: Callable[[int], str],
+    log: logging.Logger | None = None,
+) -> MixingResult:
+    """Stream the store layer by layer; write `{scope}/{layer}` [N, L, L] into `maps`.
+
+    Every stage of every batch is checked against the real module output (attention from the
+    module itself, the last residual state from the stored next hidden state when the store is
+    float32) and the FF split's completeness against g(U) W_out + b_out; a relative residual
+    above `max_rel_residual` raises `checks.CheckError`.
+    """
+    N, L = store.n_sequences, store.length
+    if not 0 <= example_sequence < N:
+        raise ValueError(f"example_sequence {example_sequence} is not in 0..{N - 1}")
+    maps.attrs["scopes"] = list(SCOPES)
+    maps.attrs["layers"] = "1-based"
+    maps.attrs["description"] = "{scope}/{layer} [seq, query i, key j]: ||z_ij|| or weights"
+    maps.attrs["ig_steps"] = ig_steps
+    stored_exact = store.attrs.get("dtype", "float32") == "float32"
+    module_attention = architecture(model.config.model_type).attention_output
+    ratios = MixingRatios(SCOPES, weights.n_layers)
+    rsa = ScopeRSA(SCOPES, weights.n_layers)
+    ff_pairs = FfPairs(weights.n_layers)
+    residuals = ResidualLog(max_rel_residual, log)
+    example_rows = []
+    for l, layer in enumerate(weights.layers):
+        closing = closing_layer_norm(weights.layers, weights.final_ln, l)
+        datasets = {
+            scope: maps.create_dataset(
+                f"{scope}/{l + 1}", (N, L, L), dtype=maps_dtype, chunks=(1, L, L)
+            )
+            for scope in SCOPES
+        }
+        for batch in store.batches(l, batch_size, device):
+            X, mask = batch.X, batch.mask
+            n = X.shape[1]
+            pairs = visible_pairs(mask, layer.causal)
+            real = mask.bool()
+            with torch.no_grad():
+                X_next = None
+                if stored_exact:
+                    X_next = torch.from_numpy(store.hidden(l + 1, batch.start, batch.stop)[:, :n])
+                    X_next = X_next.to(device)
+                y = module_attention(model, l, X, mask)
+                reference = reference_outputs(X, y, layer, closing, X_next)
+                batch_maps = weight_maps(attention_probs(X, mask, layer))
+                for scope, values in batch_maps.items():
+                    ratios.add(scope, l, weight_mixing_ratio(values * pairs), mask)
+                extra: dict = {}
+                for stage in layer_stages(X, mask, layer, closing, ig_steps, extra):
+                    residuals.add(l + 1, stage.scope, stage.total(), reference[stage.scope], mask)
+                    if stage.scope == "AttnResLnFf":
+                        residuals.add(l + 1, COMPLETENESS, stage.total(), extra["ff_real"], mask)
+                    batch_maps[stage.scope] = stage.parts.norm(dim=-1)
+                    ratios.add(stage.scope, l, vector_mixing_ratio(stage.parts), mask)
+                for scope in SCOPES:
+                    batch_maps[scope] = batch_maps[scope] * pairs
+                    pad_rows = ~real[:, :, None]
+                    batch_maps[scope] = batch_maps[scope].masked_fill(pad_rows, 0)
+                rsa.add(l, batch_maps, pairs)
+                ff_pairs.add(
+                    l, batch_maps["AttnResLn"], batch_maps["AttnResLnFf"], pairs, batch.input_ids
+                )
+            for scope in SCOPES:
+                datasets[scope][batch.start : batch.stop, :n, :n] = batch_maps[scope].cpu().numpy()
+            if batch.start <= example_sequence < batch.stop:
+                b = example_sequence - batch.start
+                length = min(int(mask[b].sum()), example_tokens)
+                ids = batch.input_ids[b, :length]
+                for scope in SCOPES:
+                    values = batch_maps[scope][b, :length, :length].cpu().numpy()
+                    for i in range(length):
+                        for j in range(length):
+                            example_rows.append(
+                                (scope, l + 1, i + 1, j + 1, ids[i], ids[j], float(values[i, j]))
+                            )
+        if log:
+            log.info("layer %d done", l + 1)
+    example = pd.DataFrame(
+        example_rows,
+        columns=["scope", "layer", "query", "key", "query_token", "key_token", "value"],
+    )
+    for column in ("query_token", "key_token"):
+        example[column] = [token_of(int(t)) for t in example[column]]
+    return MixingResult(ratios, rsa, ff_pairs, residuals.table(), example)

@@ -1,0 +1,212 @@
+"""A whole layer decomposed into one vector per (query i, key j) plus a bias per token.
+
+At every stage (scope) of layer l the real module output at token i is rebuilt exactly as
+
+    out_i = sum_j z_ij + bias_i,     z [B, n, n, d] (query i, key j),  bias [B, n, d],
+
+starting from the layer input X_l, whose parts are the tokens themselves (x_i is the one part
+at j = i). Stages in module order:
+
+post-LN (BERT, RoBERTa, ELECTRA): X -> Attn -> +Res -> LN -> FF -> +Res -> LN = X_{l+1}
+    Attn              z_ij = sum_h alpha^h_ij f^h(x_j)  (f includes b_V: Kobayashi 2020's
+                      f(x) = (x W_V + b_V) W_O, as the norms family); bias b_O
+    AttnRes           + x_i at j = i
+    AttnResLn         z_ij -> gamma (z_ij - mean(z_ij)) / s_i, s_i from the whole sum (biased
+                      variance + eps); the bias likewise, plus beta
+    AttnResLnFf       FF(h_i) split by Integrated Gradients (see `activation_split`): part j
+                      gives (z_ij W_in * c_i) W_out; the bias part (bias_i W_in + b_in) * c_i W_out
+                      + b_out goes to the bias
+    AttnResLnFfRes    FF parts + the AttnResLn parts (the residual around the FF block)
+    AttnResLnFfResLn  the second LayerNorm: its parts rebuild X_{l+1}
+
+pre-LN (GPT-2): LN1 -> Attn -> +Res -> LN2 -> FF -> +Res, then the next LayerNorm
+    Attn              attention on LN1(X): LN1 acts on each token alone, so with the tokens as
+                      parts, LN1(x_j) is simply part j; z_ij = sum_h alpha^h_ij f^h(LN1(x_j))
+    AttnRes           + x_i at j = i (the residual carries X, not LN1(X))
+    AttnResLn         LN2 (ln_ff) of the AttnRes parts: what the FF block reads
+    AttnResLnFf       the FF block, split as above
+    AttnResLnFfRes    FF parts + the AttnRes parts: rebuilds X_{l+1} (the block output)
+    AttnResLnFfResLn  the LayerNorm that reads X_{l+1} next (LN1 of layer l + 1, ln_f after
+                      the last layer): what the next block actually sees
+
+Memory: at most three [B, n, n, d] tensors at once; the FF is applied to a chunk of queries at
+a time, so the [B, chunk, n, d_ff] pre-activation parts stay under `FF_CHUNK_ELEMENTS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from attnscope.analyses.mixing.activation_split import ig_coefficients
+from attnscope.core.attention import attention_probs, value_vectors
+from attnscope.core.canonical import CanonicalLayer, CanonicalLayerNorm
+
+VECTOR_SCOPES = (
+    "Attn",
+    "AttnRes",
+    "AttnResLn",
+    "AttnResLnFf",
+    "AttnResLnFfRes",
+    "AttnResLnFfResLn",
+)
+WEIGHT_SCOPES = ("Attn-w", "AttnRes-w")
+SCOPES = ("Attn-w", "Attn", "AttnRes-w", "AttnRes", *VECTOR_SCOPES[2:])
+FF_CHUNK_ELEMENTS = 2**24  # [B, chunk, n, d_ff] float32 pre-activation parts: <= 64 MiB
+
+
+@dataclass
+class Stage:
+    """One scope of a layer: parts z [B, n, n, d] (query i, key j) and bias [B, n, d]."""
+
+    scope: str
+    parts: torch.Tensor
+    bias: torch.Tensor
+
+    def total(self) -> torch.Tensor:
+        """sum_j z_ij + bias_i: the module output this stage rebuilds.  [B, n, d]"""
+        return self.parts.sum(2) + self.bias
+
+
+def weight_maps(alpha: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Attn-w = mean over heads of alpha; AttnRes-w = (Attn-w + I) / 2.  Each [B, n, n]"""
+    attn_w = alpha.mean(1)
+    eye = torch.eye(alpha.shape[-1], dtype=alpha.dtype, device=alpha.device)
+    return {"Attn-w": attn_w, "AttnRes-w": (attn_w + eye) / 2}
+
+
+def attention_parts(alpha: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
+    """z_ij = sum_h alpha^h_ij f^h(x_j).  alpha [B, H, n, n], fx [B, H, n, d] -> [B, n, n, d]"""
+    return torch.einsum("bhij,bhjd->bijd", alpha, fx)
+
+
+def add_residual(parts: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
+    """parts + x_i at j = i (in place).  parts [B, n, n, d], X [B, n, d]"""
+    parts.diagonal(dim1=1, dim2=2).add_(X.transpose(1, 2))
+    return parts
+
+
+def layer_norm_parts(parts: torch.Tensor, bias: torch.Tensor, ln: CanonicalLayerNorm):
+    """LN(sum_j z_j + b) = sum_j gamma (z_j - mean z_j) / s + [gamma (b - mean b) / s + beta],
+    s = sqrt(biased variance of the whole sum + eps), one s per token.
+
+    parts [B, n, n, d], bias [B, n, d] -> (parts, bias) of the same shapes.
+    """
+    total = parts.sum(2) + bias
+    s = torch.sqrt(total.var(-1, unbiased=False, keepdim=True) + ln.eps)  # [B, n, 1]
+    centred = parts - parts.mean(-1, keepdim=True)
+    new_parts = centred.mul_(ln.gamma).div_(s[:, :, None])
+    new_bias = ln.gamma * (bias - bias.mean(-1, keepdim=True)) / s + ln.beta
+    return new_parts, new_bias
+
+
+def feed_forward_parts(
+    parts: torch.Tensor, bias: torch.Tensor, layer: CanonicalLayer, ig_steps: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The FF block applied to the parts, the activation split by IG (zero baseline).
+
+    U_i = sum_j z_ij W_in + (bias_i W_in + b_in); c_i = IG coefficients of U_i (computed once
+    per query token, shared by every key j). Part j -> (z_ij W_in * c_i) W_out; bias ->
+    ((bias_i W_in + b_in) * c_i) W_out + b_out. Returns (parts [B, n, n, d], bias [B, n, d],
+    the real FF output g(U) W_out + b_out [B, n, d] for the completeness check).
+    Queries are processed in chunks: no [B, n, n, d_ff] tensor.
+    """
+    B, n, _, _ = parts.shape
+    d_ff = layer.W_in.shape[1]
+    bias_in = bias @ layer.W_in + layer.b_in  # [B, n, d_ff]
+    U = parts.sum(2) @ layer.W_in + bias_in
+    c = ig_coefficients(layer.activation, U, ig_steps)  # [B, n, d_ff]
+    out = torch.empty_like(parts)
+    chunk = max(1, FF_CHUNK_ELEMENTS // max(1, B * n * d_ff))
+    for i0 in range(0, n, chunk):
+        i1 = min(n, i0 + chunk)
+        u = parts[:, i0:i1] @ layer.W_in  # [B, c, n, d_ff]
+        out[:, i0:i1] = (u * c[:, i0:i1, None, :]) @ layer.W_out
+    new_bias = (bias_in * c) @ layer.W_out + layer.b_out
+    real = layer.activation(U) @ layer.W_out + layer.b_out
+    return out, new_bias, real
+
+
+def layer_stages(
+    X: torch.Tensor,
+    mask: torch.Tensor,
+    layer: CanonicalLayer,
+    closing_ln: CanonicalLayerNorm | None = None,
+    ig_steps: int = 0,
+    completeness: dict | None = None,
+) -> Iterator[Stage]:
+    """Yield the six vector stages of one layer in module order (see the module docstring).
+
+    X [B, n, d] the layer input (hidden/{l}), mask [B, n]. `closing_ln`: for pre-LN, the
+    LayerNorm that reads the layer output next (next layer's ln_attn, or the final LN); unused
+    for post-LN. A yielded stage's tensors may be modified by the next step: use them (norms,
+    sums) before advancing. If `completeness` is a dict, its key "ff_real" receives the real
+    FF output g(U) W_out + b_out.
+    """
+    alpha = attention_probs(X, mask, layer)
+    parts = attention_parts(alpha, value_vectors(X, layer))
+    del alpha
+    bias = layer.b_O.expand_as(X).clone()
+    yield Stage("Attn", parts, bias)
+    parts = add_residual(parts, X)
+    yield Stage("AttnRes", parts, bias)
+    if layer.pre_ln:
+        residual_parts, residual_bias = parts, bias
+        parts, bias = layer_norm_parts(parts, bias, layer.ln_ff)
+    else:
+        parts, bias = layer_norm_parts(parts, bias, layer.ln_attn)
+        residual_parts, residual_bias = parts, bias
+    yield Stage("AttnResLn", parts, bias)
+    ff_parts, ff_bias, ff_real = feed_forward_parts(parts, bias, layer, ig_steps)
+    if completeness is not None:
+        completeness["ff_real"] = ff_real
+    del parts
+    yield Stage("AttnResLnFf", ff_parts, ff_bias)
+    parts = ff_parts.add_(residual_parts)
+    del residual_parts
+    bias = ff_bias + residual_bias
+    yield Stage("AttnResLnFfRes", parts, bias)
+    if layer.pre_ln:
+        if closing_ln is None:
+            raise ValueError("a pre-LN layer needs the LayerNorm that reads its output next")
+        parts, bias = layer_norm_parts(parts, bias, closing_ln)
+    else:
+        parts, bias = layer_norm_parts(parts, bias, layer.ln_ff)
+    yield Stage("AttnResLnFfResLn", parts, bias)
+
+
+def closing_layer_norm(layers: list[CanonicalLayer], final_ln, index: int):
+    """The LayerNorm that reads layer `index`'s output next in a pre-LN model (None post-LN)."""
+    if not layers[index].pre_ln:
+        return None
+    return layers[index + 1].ln_attn if index + 1 < len(layers) else final_ln
+
+
+def reference_outputs(
+    X: torch.Tensor,
+    y_attention: torch.Tensor,
+    layer: CanonicalLayer,
+    closing_ln: CanonicalLayerNorm | None,
+    X_next: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
+    """The real output of every stage, from the attention module's own output `y_attention`
+    [B, n, d] (Architecture.attention_output) and the canonical LayerNorm/FF recomputation;
+    the last residual stream state is the stored next hidden state `X_next` when given."""
+    from attnscope.core.attention import feed_forward
+
+    out = {"Attn": y_attention, "AttnRes": X + y_attention}
+    if layer.pre_ln:
+        h = X + y_attention
+        out["AttnResLn"] = layer.ln_ff(h)
+        out["AttnResLnFf"] = feed_forward(out["AttnResLn"], layer)
+        out["AttnResLnFfRes"] = h + out["AttnResLnFf"] if X_next is None else X_next
+        out["AttnResLnFfResLn"] = closing_ln(out["AttnResLnFfRes"])
+    else:
+        out["AttnResLn"] = layer.ln_attn(X + y_attention)
+        out["AttnResLnFf"] = feed_forward(out["AttnResLn"], layer)
+        last = layer.ln_ff(out["AttnResLn"] + out["AttnResLnFf"])
+        out["AttnResLnFfResLn"] = last if X_next is None else X_next
+        out["AttnResLnFfRes"] = out["AttnResLn"] + out["AttnResLnFf"]
+    return out

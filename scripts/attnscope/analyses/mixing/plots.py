@@ -1,0 +1,130 @@
+"""Figures of the mixing analysis, drawn from its TSV tables only (no torch needed)."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+import attnscope.core.plotting  # noqa: F401  (the shared look; sets the Agg backend)
+
+SCOPE_ORDER = [
+    "Attn-w",
+    "Attn",
+    "AttnRes-w",
+    "AttnRes",
+    "AttnResLn",
+    "AttnResLnFf",
+    "AttnResLnFfRes",
+    "AttnResLnFfResLn",
+]
+
+
+def mixing_ratio(mixing_ratio: pd.DataFrame, title: str):
+    """Left: mixing ratio (%) per layer, one line per scope. Right: the all-layer means."""
+    table = mixing_ratio.assign(percent=100 * mixing_ratio["mean"])
+    per_layer = table[table["layer"] != "all"].assign(layer=lambda t: t["layer"].astype(int))
+    overall = table[table["layer"] == "all"].set_index("scope").reindex(SCOPE_ORDER)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5), width_ratios=[1.3, 1])
+    palette = dict(zip(SCOPE_ORDER, sns.color_palette("tab10", len(SCOPE_ORDER)), strict=True))
+    for scope in SCOPE_ORDER:
+        rows = per_layer[per_layer["scope"] == scope]
+        style = "--" if scope.endswith("-w") else "-"
+        left.plot(
+            rows["layer"], rows["percent"], style, marker="o", color=palette[scope], label=scope
+        )
+    left.set(xlabel="layer", ylabel="mixing ratio (%)", ylim=(0, 100))
+    left.legend(fontsize="x-small", ncol=2)
+    left.set_xticks(sorted(per_layer["layer"].unique()))
+    right.barh(overall.index, overall["percent"], color=[palette[s] for s in overall.index])
+    for y, value in enumerate(overall["percent"]):
+        right.text(value + 1, y, f"{value:.1f}", va="center", fontsize="small")
+    right.invert_yaxis()
+    right.set(xlabel="mean over layers (%)", xlim=(0, 110))
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def rsa(rsa: pd.DataFrame, title: str):
+    """Spearman between scopes' maps (mean over sequences and layers), symmetric heatmap."""
+    rows = rsa[rsa["layer"] == "all"]
+    scopes = [s for s in SCOPE_ORDER if s in set(rows["scope_a"]) | set(rows["scope_b"])]
+    matrix = pd.DataFrame(np.eye(len(scopes)), index=scopes, columns=scopes)
+    for row in rows.itertuples():
+        matrix.loc[row.scope_a, row.scope_b] = matrix.loc[row.scope_b, row.scope_a] = row.spearman
+    fig, ax = plt.subplots(figsize=(7, 6))
+    sns.heatmap(matrix, ax=ax, annot=True, fmt=".2f", cmap="viridis", vmin=0, vmax=1, square=True)
+    ax.set_title(f"{title}: Spearman between scopes (mean over layers)")
+    fig.tight_layout()
+    return fig
+
+
+def scope_maps(example_maps: pd.DataFrame, title: str):
+    """One sequence's maps: scopes as columns, layers as rows, each row-normalised."""
+    table = example_maps
+    layers = sorted(table["layer"].unique())
+    scopes = [s for s in SCOPE_ORDER if s in set(table["scope"])]
+    n = int(table["query"].max())
+    labels = table[(table["scope"] == scopes[0]) & (table["layer"] == layers[0])]
+    tokens = labels.drop_duplicates("query").sort_values("query")["query_token"].tolist()
+    fig, axes = plt.subplots(
+        len(layers), len(scopes), figsize=(2.2 * len(scopes), 2.2 * len(layers)), squeeze=False
+    )
+    for r, layer in enumerate(layers):
+        for c, scope in enumerate(scopes):
+            rows = table[(table["scope"] == scope) & (table["layer"] == layer)]
+            grid = np.zeros((n, n))
+            grid[rows["query"] - 1, rows["key"] - 1] = rows["value"]
+            total = grid.sum(1, keepdims=True)
+            grid = np.divide(grid, total, out=np.zeros_like(grid), where=total > 0)
+            ax = axes[r, c]
+            ax.imshow(grid, cmap="Reds", vmin=0)
+            ax.grid(False)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if r == 0:
+                ax.set_title(scope, fontsize="small")
+            if c == 0:
+                ax.set_ylabel(f"layer {layer}", fontsize="small")
+    axes[-1, 0].set_xticks(range(n), tokens, rotation=90, fontsize=4)
+    axes[-1, 0].set_yticks(range(n), tokens, fontsize=4)
+    fig.suptitle(f"{title}: first {n} pieces of one sequence (rows: query, columns: key)")
+    fig.tight_layout()
+    return fig
+
+
+def ff_pairs(ff_pairs: pd.DataFrame, title: str):
+    """The amplified and suppressed (key -> query) piece pairs per layer as a table figure."""
+    table = ff_pairs
+    layers = sorted(table["layer"].unique())
+    fig, axes = plt.subplots(len(layers), 2, figsize=(11, 0.28 * len(table) + 1.5), squeeze=False)
+    for r, layer in enumerate(layers):
+        for c, change in enumerate(("amplified", "suppressed")):
+            ax = axes[r, c]
+            ax.axis("off")
+            rows = table[(table["layer"] == layer) & (table["change"] == change)]
+            cells = [
+                [f"{k} -> {q}", f"{m:+.4f}", str(n)]
+                for k, q, m, n in zip(
+                    rows["key_token"],
+                    rows["query_token"],
+                    rows["mean_change"],
+                    rows["count"],
+                    strict=True,
+                )
+            ]
+            if cells:
+                shown = ax.table(
+                    cellText=cells, colLabels=["key -> query", "mean change", "count"], loc="center"
+                )
+                shown.auto_set_font_size(False)
+                shown.set_fontsize(6)
+            ax.set_title(f"layer {layer}: {change}", fontsize="small")
+    fig.suptitle(f"{title}: FF effect on piece pairs (row-normalised AttnResLnFf - AttnResLn)")
+    fig.tight_layout()
+    return fig
+
+
+FIGURES = {f.__name__: f for f in (mixing_ratio, rsa, scope_maps, ff_pairs)}

@@ -1,0 +1,299 @@
+"""Whole-layer mixing (Kobayashi et al. 2021, 2024): exact decomposition, IG split, statistics."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from attnscope.analyses.mixing.activation_split import (
+    closed_form_coefficients,
+    ig_coefficients,
+)
+from attnscope.analyses.mixing.layer_decomposition import (
+    VECTOR_SCOPES,
+    closing_layer_norm,
+    layer_stages,
+)
+from attnscope.architectures import architecture, canonical_weights
+from attnscope.core.store import HiddenStates
+from conftest import write_tiny_store
+
+
+@pytest.mark.parametrize("ig_steps", [0])
+def test_every_stage_rebuilds_the_real_outputs(tmp_path, family, ig_steps):
+    """sum_j z_ij + bias_i equals the real output of every stage; the last residual state equals
+    the model's stored next hidden state hidden/{l+1}."""
+    from attnscope.core.attention import feed_forward
+
+    path, model = write_tiny_store(tmp_path, family)
+    weights = canonical_weights(model)
+    module_attention = architecture(model.config.model_type).attention_output
+    with HiddenStates(path) as store:
+        for l, layer in enumerate(weights.layers):
+            closing = closing_layer_norm(weights.layers, weights.final_ln, l)
+            X = torch.from_numpy(store.hidden(l))
+            X_next = torch.from_numpy(store.hidden(l + 1))
+            mask = torch.from_numpy(store.attention_mask.astype(np.int64))
+            real = mask.bool()
+            with torch.no_grad():
+                y = module_attention(model, l, X, mask)
+                h = X + y
+                ln_in = layer.ln_ff(h) if layer.pre_ln else layer.ln_attn(h)
+                ff = feed_forward(ln_in, layer)
+                if layer.pre_ln:
+                    expected = {
+                        "Attn": y,
+                        "AttnRes": h,
+                        "AttnResLn": ln_in,
+                        "AttnResLnFf": ff,
+                        "AttnResLnFfRes": X_next,
+                        "AttnResLnFfResLn": torch.nn.functional.layer_norm(
+                            X_next, X.shape[-1:], closing.gamma, closing.beta, closing.eps
+                        ),
+                    }
+                else:
+                    expected = {
+                        "Attn": y,
+                        "AttnRes": h,
+                        "AttnResLn": ln_in,
+                        "AttnResLnFf": ff,
+                        "AttnResLnFfRes": ln_in + ff,
+                        "AttnResLnFfResLn": X_next,
+                    }
+                seen = []
+                for stage in layer_stages(X, mask, layer, closing, ig_steps):
+                    seen.append(stage.scope)
+                    got = stage.total()[real]
+                    want = expected[stage.scope][real]
+                    rel = ((got - want).norm(dim=-1) / want.norm(dim=-1)).max()
+                    assert rel < 1e-5, (family, l, stage.scope, float(rel))
+                    invisible = ~(real[:, :, None] & real[:, None, :])
+                    if layer.causal:
+                        invisible |= torch.ones_like(invisible[0]).triu(1)
+                    assert stage.parts[real[:, :, None] & invisible].abs().max() < 1e-6
+            assert tuple(seen) == VECTOR_SCOPES
+
+
+def activation_of(name: str):
+    from transformers.activations import ACT2FN
+
+    return ACT2FN[name]
+
+
+ACTIVATIONS = ["gelu", "gelu_new", "gelu_pytorch_tanh", "relu"]
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+@pytest.mark.parametrize("steps", [0, 7])
+def test_ig_shares_equal_captum(name, steps):
+    """u_p * c equals captum's IntegratedGradients attribution of every part of U = sum_p u_p
+    through g (zero baselines, straight path, midpoint Riemann sum with the same steps; the
+    closed form is compared with captum at many steps)."""
+    from captum.attr import IntegratedGradients
+
+    g = activation_of(name)
+    torch.manual_seed(0)
+    parts = tuple(torch.randn(5, 16, dtype=torch.float64) for _ in range(3))
+    U = sum(parts)
+    c = ig_coefficients(g, U, steps)
+    ig = IntegratedGradients(lambda *p: g(sum(p)).sum(-1))
+    captum_steps = steps or 4000
+    expected = ig.attribute(
+        parts,
+        baselines=tuple(torch.zeros_like(p) for p in parts),
+        n_steps=captum_steps,
+        method="riemann_middle",
+    )
+    tolerance = 1e-6 if steps else 1e-5  # captum builds its alphas in float32
+    for p, e in zip(parts, expected, strict=True):
+        assert torch.allclose(p * c, e, atol=tolerance, rtol=0), (name, steps)
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_riemann_converges_to_closed_form_and_closed_form_is_complete(name):
+    """m-step IG approaches g(U)/U as m grows (midpoint rule: error O(1/m^2) for smooth g);
+    sum_p u_p c = g(U) exactly for the closed form; U = 0 gives g'(0)."""
+    g = activation_of(name)
+    torch.manual_seed(1)
+    U = torch.randn(200, dtype=torch.float64) * 3
+    U[0] = 0.0
+    exact = closed_form_coefficients(g, U)
+    assert torch.allclose(U * exact, g(U), atol=1e-12)
+    assert float(exact[0]) == pytest.approx(0.0 if name == "relu" else 0.5)
+    errors = [float((ig_coefficients(g, U, m) - exact).abs().max()) for m in (4, 16, 64, 256)]
+    assert all(b <= a for a, b in zip(errors, errors[1:], strict=False)), errors
+    assert errors[-1] < (1e-2 if name == "relu" else 1e-4), errors
+
+
+@pytest.mark.parametrize("name", ACTIVATIONS)
+def test_stages_rebuild_outputs_with_every_activation(tmp_path, name):
+    """The FF split is exact with the closed form for every activation variant."""
+    from attnscope.core.attention import layer_forward
+
+    path, model = write_tiny_store(tmp_path, "bert")
+    weights = canonical_weights(model)
+    layer = dataclasses.replace(weights.layers[0], activation=activation_of(name))
+    with HiddenStates(path) as store:
+        X = torch.from_numpy(store.hidden(0))
+        mask = torch.from_numpy(store.attention_mask.astype(np.int64))
+    with torch.no_grad():
+        want = layer_forward(X, mask, layer)[mask.bool()]
+        *_, last = layer_stages(X, mask, layer)
+        got = last.total()[mask.bool()]
+    assert ((got - want).norm(dim=-1) / want.norm(dim=-1)).max() < 1e-5
+
+
+def test_mixing_ratio_known_answers():
+    """Identity attention mixes nothing (0); uniform attention over n tokens gives (n-1)/n; a
+    part only on the diagonal gives 0 for vectors, parts only off it give 1."""
+    from attnscope.analyses.mixing.statistics import vector_mixing_ratio, weight_mixing_ratio
+
+    n = 7
+    eye = torch.eye(n).expand(2, n, n)
+    assert torch.equal(weight_mixing_ratio(eye), torch.zeros(2, n))
+    uniform = torch.full((2, n, n), 1 / n)
+    assert torch.allclose(weight_mixing_ratio(uniform), torch.full((2, n), (n - 1) / n))
+    diagonal = torch.zeros(1, n, n, 3)
+    diagonal[0, range(n), range(n)] = torch.randn(n, 3)
+    assert torch.equal(vector_mixing_ratio(diagonal), torch.zeros(1, n))
+    off = torch.randn(1, n, n, 3)
+    off[0, range(n), range(n)] = 0
+    assert torch.allclose(vector_mixing_ratio(off), torch.ones(1, n))
+
+
+def test_rsa_of_a_scope_with_itself_is_one():
+    from attnscope.analyses.mixing.statistics import ScopeRSA
+
+    torch.manual_seed(0)
+    maps = torch.rand(3, 6, 6)
+    rsa = ScopeRSA(("a", "b"), 1)
+    rsa.add(0, {"a": maps, "b": maps.clone()}, torch.ones(3, 6, 6, dtype=torch.bool))
+    table = rsa.table()
+    assert np.allclose(table["spearman"], 1.0)
+
+
+def run_corpus(tmp_path, family):
+    import h5py
+
+    from attnscope.analyses.mixing.corpus import analyse_corpus
+    from attnscope.core.store import atomic_h5
+
+    path, model = write_tiny_store(tmp_path, family)
+    weights = canonical_weights(model)
+    maps_path = tmp_path / "maps.h5"
+    with HiddenStates(path) as store, atomic_h5(maps_path) as maps:
+        result = analyse_corpus(
+            store,
+            weights,
+            model,
+            maps,
+            batch_size=3,
+            device="cpu",
+            ig_steps=0,
+            max_rel_residual=1e-4,
+            maps_dtype="float32",
+            example_sequence=1,
+            example_tokens=5,
+            token_of=lambda t: f"t{t}",
+        )
+    return path, model, h5py.File(maps_path, "r"), result
+
+
+def test_corpus_tables_against_independent_recomputation(tmp_path, family):
+    """maps.h5, mixing_ratio, rsa and ff_pairs against numpy/scipy recomputations from the
+    `transformers` attention weights, the norms family's head-summed maps and maps.h5."""
+    from scipy.stats import spearmanr
+
+    from attnscope.analyses.mixing.layer_decomposition import SCOPES
+    from attnscope.analyses.norms.summed_norms import head_summed_norms
+    from attnscope.core.attention import value_vectors
+
+    path, model, maps, result = run_corpus(tmp_path, family)
+    with HiddenStates(path) as store:
+        ids = torch.from_numpy(store.input_ids.astype(np.int64))
+        mask_np = store.attention_mask.astype(bool)
+        mask = torch.from_numpy(mask_np.astype(np.int64))
+        N, L = store.n_sequences, store.length
+        X = [torch.from_numpy(store.hidden(l)) for l in range(model.config.num_hidden_layers)]
+        input_ids = store.input_ids
+        types = torch.from_numpy(store.token_type_ids.astype(np.int64))
+    assert sorted(maps.attrs["scopes"]) == sorted(SCOPES)
+    inputs = architecture(model.config.model_type).model_inputs(model, ids, mask, types)
+    with torch.no_grad():
+        attentions = model(**inputs, output_attentions=True).attentions
+    weights = canonical_weights(model)
+    causal = model.config.model_type == "gpt2"
+    ratios = result.ratios.table().set_index(["scope", "layer"])
+    for l, alpha in enumerate(attentions):
+        attn_w = alpha.mean(1).numpy()
+        visible = mask_np[:, :, None] & mask_np[:, None, :]
+        if causal:
+            visible &= np.tril(np.ones((L, L), dtype=bool))
+        for scope in SCOPES:
+            assert maps[f"{scope}/{l + 1}"].shape == (N, L, L)
+            assert np.all(maps[f"{scope}/{l + 1}"][()][~visible] == 0)
+        assert np.allclose(maps[f"Attn-w/{l + 1}"][()], attn_w * visible, atol=1e-6)
+        own = np.einsum("bii->bi", attn_w)[mask_np]
+        assert ratios.loc[("Attn-w", str(l + 1)), "mean"] == pytest.approx((1 - own).mean())
+        assert ratios.loc[("AttnRes-w", str(l + 1)), "mean"] == pytest.approx(
+            (1 - (own + 1) / 2).mean()
+        )
+        with torch.no_grad():
+            layer = weights.layers[l]
+            expected = head_summed_norms(alpha, value_vectors(X[l], layer)).numpy() * visible
+        assert np.allclose(maps[f"Attn/{l + 1}"][()], expected, atol=1e-5)
+        rsa = result.rsa.table().set_index(["layer", "scope_a", "scope_b"])["spearman"]
+        before, after = maps[f"AttnResLn/{l + 1}"][()], maps[f"AttnResLnFf/{l + 1}"][()]
+        rhos = [spearmanr(before[b][visible[b]], after[b][visible[b]])[0] for b in range(N)]
+        assert rsa[(str(l + 1), "AttnResLn", "AttnResLnFf")] == pytest.approx(np.mean(rhos))
+        with np.errstate(invalid="ignore"):  # padding rows: 0 / 0, never visible
+            change = after / after.sum(-1, keepdims=True) - before / before.sum(-1, keepdims=True)
+        pairs: dict = {}
+        for b, i, j in zip(*np.nonzero(visible), strict=True):
+            if i != j:
+                key = (f"t{input_ids[b, j]}", f"t{input_ids[b, i]}")
+                pairs.setdefault(key, []).append(change[b, i, j])
+        table = result.ff_pairs.table(3, lambda t: f"t{t}")
+        for row in table[table["layer"] == l + 1].itertuples():
+            values = pairs[(row.key_token, row.query_token)]
+            assert row.count == len(values) >= 2
+            assert row.mean_change == pytest.approx(np.mean(values), abs=1e-6)
+        top = max(np.mean(v) for v in pairs.values() if len(v) >= 2)
+        amplified = table[(table["layer"] == l + 1) & (table["change"] == "amplified")]
+        assert amplified["mean_change"].iloc[0] == pytest.approx(top, abs=1e-6)
+    check = result.check
+    assert set(check["stage"]) == {*SCOPES[1:2], *SCOPES[3:], "FfCompleteness"}
+    assert (check["max_rel"] < 1e-5).all()
+    example = result.example
+    assert len(example) == len(SCOPES) * len(attentions) * 25
+
+
+def test_run_fails_when_the_ff_split_is_incomplete(tmp_path):
+    """A coarse m-step IG misses g(U) by more than the bound: the run stops naming the stage,
+    and the maps file is not left under its final name."""
+    from attnscope.analyses.mixing.corpus import analyse_corpus
+    from attnscope.core.checks import CheckError
+    from attnscope.core.store import atomic_h5
+
+    path, model = write_tiny_store(tmp_path, "bert")
+    maps_path = tmp_path / "maps.h5"
+    with pytest.raises(CheckError, match="AttnResLnFf"):
+        with HiddenStates(path) as store, atomic_h5(maps_path) as maps:
+            analyse_corpus(
+                store,
+                canonical_weights(model),
+                model,
+                maps,
+                batch_size=3,
+                device="cpu",
+                ig_steps=1,
+                max_rel_residual=1e-4,
+                maps_dtype="float32",
+                example_sequence=0,
+                example_tokens=4,
+                token_of=str,
+            )
+    assert not maps_path.exists()
