@@ -298,6 +298,9 @@ def tiny_corpus(tmp_path, family, seed=3):
                     "b": [w - 3],
                     "a_coref": bool(b % 2),
                     "b_coref": not b % 2,
+                    "upos": ["PUNCT" if i == 2 else "NOUN" for i in range(w)],
+                    "split": "dev" if b < 3 else "test",
+                    "segment_a_words": w // 2,
                 }
             )
         del f["word_ids"]
@@ -408,3 +411,59 @@ def test_tables_match_transformers_attentions(tmp_path, family):
         assert coref.loc[coref_unseen, "status"].str.contains("causal").all()
     assert set(best["source"]) == set(sources)
     assert set(coref_best["method"]) == {"best head", "nearest candidate", "first candidate"}
+
+
+def test_probe_tables_and_figures_from_a_tiny_run(tmp_path):
+    """The probe trains from the features file of a syntax pass; all four figures draw from
+    the tables; the family gives EWT only its syntax outputs and GAP only coreference."""
+    import matplotlib
+
+    from attnscope.analyses.probing import plots
+    from attnscope.analyses.probing.outputs import FAMILY
+    from attnscope.analyses.probing.probe import probe_tables
+
+    store_path, model, metas = tiny_corpus(tmp_path, "bert")
+    weights = canonical_weights(model)
+    stream = dict(batch_size=2, device="cpu", mode="mean")
+    with HiddenStates(store_path) as store, h5py.File(tmp_path / "features.h5", "w") as f:
+        heads, best = syntax_pass(store, weights, metas, ["weights", "norms"], f, **stream)
+    with HiddenStates(store_path) as store:
+        coref, coref_best = coref_pass(store, weights, metas, ["weights"], **stream)
+    probe, curve = probe_tables(
+        str(tmp_path / "features.h5"),
+        metas,
+        ["weights", "norms"],
+        seed=0,
+        epochs=2,
+        learning_rate=0.02,
+        fractions=[0.5],
+    )
+    n_test = sum(1 for m in metas[3:] for u in m["upos"] if u != "PUNCT")
+    assert set(probe["probe"]) == {"attn", "attn+emb", "dist+emb", "right-branching"}
+    assert (probe["n_words"] == n_test).all() and probe["uas"].between(0, 1).all()
+    assert len(probe) == 2 * 2 + 2  # attn, attn+emb per source; dist+emb, right-branching
+    assert set(curve["train_fraction"]) == {0.5, 1.0}
+    # the same training subsets for every source
+    sizes = curve.groupby(["train_fraction", "source"])["n_train"].first().unstack()
+    assert (sizes.nunique(axis=1) == 1).all()
+    tables = {
+        "syntax_best": best,
+        "syntax_heads": heads,
+        "probe": probe,
+        "probe_learning_curve": curve,
+        "coref_heads": coref,
+        "coref_best": coref_best,
+    }
+    for figure in FAMILY.figures:
+        kwargs = {t.split(".")[0]: tables[t.split(".")[0]] for t in figure.tables}
+        if "heatmap_relations" in figure.settings:
+            kwargs["heatmap_relations"] = ["det", "obj"]
+        fig = plots.FIGURES[figure.name](title="tiny", **kwargs)
+        fig.savefig(tmp_path / f"{figure.name}.png")
+        matplotlib.pyplot.close(fig)
+    settings = {"syntax_corpus": "ewt", "coref_corpus": "gap"}
+    targets = FAMILY.targets(settings, ["m"])
+    assert "results/m/ewt/probing/syntax_heads.tsv" in targets
+    assert "results/m/gap/probing/coref_heads.tsv" in targets
+    assert not any("gap/probing/syntax" in t or "ewt/probing/coref" in t for t in targets)
+    assert FAMILY.corpora(settings) == ["ewt", "gap"]
