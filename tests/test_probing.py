@@ -467,3 +467,19 @@ def test_probe_tables_and_figures_from_a_tiny_run(tmp_path):
     assert "results/m/gap/probing/coref_heads.tsv" in targets
     assert not any("gap/probing/syntax" in t or "ewt/probing/coref" in t for t in targets)
     assert FAMILY.corpora(settings) == ["ewt", "gap"]
+
+
+def test_probe_without_a_test_split_says_so(tmp_path):
+    from attnscope.analyses.probing.probe import probe_tables
+
+    metas = [{"words": ["a"], "heads": [-1], "relations": ["root"], "split": "dev"}]
+    probe, curve = probe_tables(
+        str(tmp_path / "unused.h5"),
+        metas,
+        ["weights"],
+        seed=0,
+        epochs=1,
+        learning_rate=0.1,
+        fractions=[],
+    )
+    assert probe["uas"].isna().all() and probe["status"].str.contains("no test").all()

@@ -27,8 +27,8 @@ MAX_OFFSET = 8
 
 @dataclass
 class Sequence:
-    """One EWT sequence: maps [F, W + 1, W + 1] (ROOT last), word_vectors [W, d] (embedding output), heads [W]
-    (-1 = ROOT), sentence [W] (0/1), scored [W] (False for punctuation)."""
+    """One EWT sequence: maps [F, W + 1, W + 1] (ROOT last), word_vectors [W, d] (embedding
+    output), heads [W] (-1 = ROOT), sentence [W] (0/1), scored [W] (False for punctuation)."""
 
     maps: np.ndarray
     word_vectors: np.ndarray
@@ -205,8 +205,51 @@ def probe_tables(
     test_split: str = "test",
     log=None,
 ):
-    """probe.tsv (source probe uas n_words n_train) and probe_learning_curve.tsv (source probe
-    train_fraction n_train uas n_words). The training subsets are seeded draws of sequences."""
+    """probe.tsv (source probe uas n_words n_train status) and probe_learning_curve.tsv
+    (source probe train_fraction n_train uas n_words). Training subsets: seeded draws."""
+    splits = {m.get("split") for m in metas}
+    missing = [name for name in (train_split, test_split) if name not in splits]
+    if missing:  # e.g. a corpus cut to its first sequences, all from dev
+        status = f"not applicable: no {' or '.join(missing)} sequences in the corpus"
+        if log:
+            log.warning("probe %s", status)
+        rows = [(s, p, np.nan, 0, 0, status) for s in sources for p in PROBES]
+        curve = [(s, p, 1.0, 0, np.nan, 0) for s in sources for p in PROBES]
+    else:
+        rows, curve = _train_all(
+            features_path,
+            metas,
+            sources,
+            seed,
+            epochs,
+            learning_rate,
+            fractions,
+            train_split,
+            test_split,
+            log,
+        )
+    import pandas as pd
+
+    columns = ["source", "probe", "uas", "n_words", "n_train", "status"]
+    probe_table = pd.DataFrame(rows, columns=columns)
+    curve_table = pd.DataFrame(
+        curve, columns=["source", "probe", "train_fraction", "n_train", "uas", "n_words"]
+    )
+    return probe_table, curve_table
+
+
+def _train_all(
+    features_path,
+    metas,
+    sources,
+    seed,
+    epochs,
+    learning_rate,
+    fractions,
+    train_split,
+    test_split,
+    log,
+):
     rows, curve = [], []
     for s_i, source in enumerate(sources):
         rng = np.random.default_rng(seed)  # the same training subsets for every source
@@ -234,16 +277,10 @@ def probe_tables(
                 name = "none" if probe == "dist+emb" else source
                 curve.append((name, probe, fraction, len(subset), uas, n))
                 if fraction == 1.0:
-                    rows.append((name, probe, uas, n, len(subset)))
+                    rows.append((name, probe, uas, n, len(subset), "ok"))
                 if log:
                     log.info("%s %s %.2f of train: UAS %.4f", name, probe, fraction, uas)
         if s_i == 0:
             uas, n = right_branching(test)
-            rows.append(("none", "right-branching", uas, n, 0))
-    import pandas as pd
-
-    probe_table = pd.DataFrame(rows, columns=["source", "probe", "uas", "n_words", "n_train"])
-    curve_table = pd.DataFrame(
-        curve, columns=["source", "probe", "train_fraction", "n_train", "uas", "n_words"]
-    )
-    return probe_table, curve_table
+            rows.append(("none", "right-branching", uas, n, 0, "ok"))
+    return rows, curve
