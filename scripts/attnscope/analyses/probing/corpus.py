@@ -22,6 +22,7 @@ from attnscope.analyses.probing.sources import (
     model_maps,
 )
 from attnscope.analyses.probing.word_maps import aggregation, word_level
+from attnscope.core.attention import attention_probs
 from attnscope.core.canonical import CanonicalModel
 from attnscope.core.store import HiddenStates
 
@@ -41,10 +42,12 @@ def stream_word_maps(
     mode: str,
     mixing: h5py.File | None = None,
     on_batch: Callable | None = None,
+    limit: int | None = None,
     log: logging.Logger | None = None,
 ) -> None:
     """Call `consumer` for every source, layer and batch; `on_batch(batch, metas, n_words,
-    source_matrix)` once per batch of the first layer (gold counts, embeddings)."""
+    source_matrix)` once per batch of the first layer (gold counts, embeddings). `limit`: only
+    the first sequences (all when None)."""
     if len(metas) != store.n_sequences:
         raise ValueError(f"{len(metas)} meta objects for {store.n_sequences} sequences")
     scopes = [s for s in sources if s not in MODEL_SOURCES]
@@ -52,7 +55,8 @@ def stream_word_maps(
         raise ValueError(f"sources {scopes} need the mixing family's maps.h5")
     n_words_all = np.array([len(m["words"]) for m in metas])
     for l, layer in enumerate(weights.layers):
-        for batch in store.batches(l, batch_size, device):
+        for batch in store.batches(l, batch_size, device, limit):
+            alpha = None  # shared by the weights and norms sources of this batch
             batch_metas = metas[batch.start : batch.stop]
             n_words = n_words_all[batch.start : batch.stop]
             W = int(n_words.max())
@@ -63,7 +67,9 @@ def stream_word_maps(
             for source in sources:
                 with torch.no_grad():
                     if source in MODEL_SOURCES:
-                        maps = model_maps(source, batch.X, batch.mask, layer)
+                        if alpha is None:
+                            alpha = attention_probs(batch.X, batch.mask, layer)
+                        maps = model_maps(source, batch.X, batch.mask, layer, alpha)
                     else:
                         n = batch.X.shape[1]
                         maps = mixing_maps(mixing, source, l + 1, batch.start, batch.stop, n)

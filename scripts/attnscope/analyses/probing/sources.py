@@ -30,9 +30,11 @@ def head_labels(source: str, n_heads: int) -> np.ndarray:
     return np.array([WHOLE_LAYER_HEAD])
 
 
-def model_maps(source: str, X: torch.Tensor, mask: torch.Tensor, layer) -> torch.Tensor:
-    """[B, H', n, n] maps of a model source for one layer's input X [B, n, d]."""
-    alpha = attention_probs(X, mask, layer)
+def model_maps(source: str, X: torch.Tensor, mask: torch.Tensor, layer, alpha=None):
+    """[B, H', n, n] maps of a model source for one layer's input X [B, n, d]; `alpha`
+    (attention_probs of the same batch and layer) is recomputed when not given."""
+    if alpha is None:
+        alpha = attention_probs(X, mask, layer)
     if source == "weights":
         return alpha
     if source == "norms":
