@@ -166,3 +166,23 @@ def position_encoded(wildcards):
     """The position corpus encoded for this model: its first full sequence is the control."""
     corpus = config["analyses"]["position"]["corpus"]
     return f"results/{wildcards.model}/{corpus}/encoded.h5"
+
+
+def probing_mixing_maps(wildcards):
+    """{"mixing": maps.h5} when probing's sources name mixing scopes, else {}. The mixing
+    family must be enabled and read this corpus; otherwise a clear error."""
+    scopes = [
+        s
+        for s in config["analyses"]["probing"]["sources"]
+        if s not in ("weights", "norms")
+    ]
+    if not scopes:
+        return {}
+    mixing = config["analyses"].get("mixing", {})
+    corpora = FAMILIES["mixing"].corpora(mixing) if "mixing" in FAMILIES else []
+    if not mixing.get("enabled", True) or wildcards.corpus not in corpora:
+        raise ValueError(
+            f"analyses.probing.sources names mixing scopes {scopes}, but the mixing family "
+            f"is not enabled for corpus {wildcards.corpus!r}"
+        )
+    return {"mixing": f"results/{wildcards.model}/{wildcards.corpus}/mixing/maps.h5"}

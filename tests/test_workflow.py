@@ -157,11 +157,11 @@ def test_key_order_and_mirror_spelling_rerun_nothing(tiny_run):
     assert scheduled_rules(snakemake(workdir, respelled, "--dry-run")) == {"config_snapshot", "all"}
 
 
-@pytest.mark.parametrize("family", ["weights", "norms", "position", "mixing"])
+@pytest.mark.parametrize("family", ["weights", "norms", "position", "mixing", "probing"])
 def test_one_family_builds_alone(tmp_path, tiny_model_dir, family):
     config = small_config({"tiny": {"source": "path", "path": str(tiny_model_dir)}})
     rules = scheduled_rules(snakemake(tmp_path, config, family, "--dry-run"))
-    others = {"weights", "norms", "position", "mixing"} - {family}
+    others = {"weights", "norms", "position", "mixing", "probing"} - {family}
     assert family in rules and any(rule.startswith(f"{family}_") for rule in rules)
     assert not any(rule.split("_")[0] in others for rule in rules), rules
 

@@ -23,6 +23,8 @@ Kinds and decisions:
              belongs to the window that holds its first piece; its pieces that spill into the
              next window get word id -1. A last, incomplete window is left out.
     ewt      UD English EWT dev then test. Multi-word token lines and empty nodes are skipped.
+             Meta per sequence: words, heads (0-based word index, -1 for ROOT), relations,
+             upos, split (dev or test, from the file name), sentence_ids, segment_a_words.
              Sentences i, i+1 of one document form a pair; a document's odd last sentence
              stays alone as [START] s [SEP]. Sequences over max_length are dropped, not cut.
     gap      GAP development, test, validation. Words are runs of letters/digits and single
@@ -361,6 +363,7 @@ def _conllu_documents(paths: list[str]) -> Iterator[list[dict]]:
                         "spaces": [],
                         "heads": [],
                         "relations": [],
+                        "upos": [],
                     }
                     space, mwt_end, mwt_space = False, 0, True
                 cols = line.split("\t")
@@ -374,6 +377,7 @@ def _conllu_documents(paths: list[str]) -> Iterator[list[dict]]:
                 sentence["spaces"].append(space)
                 sentence["heads"].append(int(cols[6]))
                 sentence["relations"].append(cols[7])
+                sentence["upos"].append(cols[3])
                 index = int(cols[0])
                 if index < mwt_end:
                     space = False
@@ -388,8 +392,22 @@ def _conllu_documents(paths: list[str]) -> Iterator[list[dict]]:
             yield document
 
 
+def ud_split(path: str) -> str:
+    """'dev', 'test' or 'train' from a UD file name (en_ewt-ud-dev.conllu -> dev)."""
+    for split in ("dev", "test", "train"):
+        if f"-{split}" in Path(path).name:
+            return split
+    return Path(path).stem
+
+
 def _ewt(paths: list[str], pieces: _Pieces) -> Iterator[_Sequence]:
-    for document in _conllu_documents(paths):
+    for path in paths:
+        yield from _ewt_file(path, pieces)
+
+
+def _ewt_file(path: str, pieces: _Pieces) -> Iterator[_Sequence]:
+    split = ud_split(path)
+    for document in _conllu_documents([path]):
         for i in range(0, len(document), 2):
             sentences = document[i : i + 2]
             words, heads, segments, offset = [], [], [], 0
@@ -402,6 +420,8 @@ def _ewt(paths: list[str], pieces: _Pieces) -> Iterator[_Sequence]:
                 "words": words,
                 "heads": heads,
                 "relations": [r for s in sentences for r in s["relations"]],
+                "upos": [u for s in sentences for u in s["upos"]],
+                "split": split,
                 "sentence_ids": [s["id"] for s in sentences],
                 "segment_a_words": len(sentences[0]["words"]),
             }

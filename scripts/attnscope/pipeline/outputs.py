@@ -50,6 +50,10 @@ class Family:
     title     the report category
     tables    {scope: file names}; figures: every Figure of the family
     problems  settings -> messages of what contradicts itself in them (checked at parse time)
+    corpus_roles  {setting key that names one corpus: the corpus tables and figures made for
+              that corpus}; empty: every corpus table and figure for every corpus of
+              `corpora:`/`corpus:` (a family reading two corpora for different analyses, e.g.
+              probing's syntax_corpus and coref_corpus, names its roles here)
     """
 
     name: str
@@ -57,6 +61,7 @@ class Family:
     tables: dict[str, tuple[str, ...]] = field(default_factory=dict)
     figures: tuple[Figure, ...] = ()
     problems: Callable[[dict], Iterable[str]] = lambda settings: ()
+    corpus_roles: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def table(self, file: str, scope: str = "corpus") -> str:
         """Path pattern (wildcards model, corpus) of a declared table; KeyError otherwise."""
@@ -71,7 +76,11 @@ class Family:
         raise KeyError(f"{self.name}: no figure {name!r} is declared in outputs.py")
 
     def corpora(self, settings: dict) -> list[str]:
-        """The corpora the family reads: `corpora:` (a list) or `corpus:` (one)."""
+        """The corpora the family reads: `corpora:` (a list), `corpus:` (one), or the corpora
+        its `corpus_roles` settings name."""
+        if self.corpus_roles:
+            named = (settings.get(key) for key in self.corpus_roles)
+            return list(dict.fromkeys(c for c in named if c))
         if "corpora" in settings:
             return list(settings["corpora"])
         return [settings["corpus"]] if settings.get("corpus") else []
@@ -90,12 +99,24 @@ class Family:
         files = self.files()
         out = [
             p.format(model=m, corpus=c)
-            for p in files.get("corpus", [])
-            for m in models
             for c in self.corpora(settings)
+            for p in self.corpus_files(settings, c)
+            for m in models
         ]
         out += [p.format(model=m) for p in files.get("model", []) for m in models]
         return out + files.get("all", [])
+
+    def corpus_files(self, settings: dict, corpus: str) -> list[str]:
+        """Path patterns of the corpus-scope tables and figures made for `corpus`."""
+        roles = [names for key, names in self.corpus_roles.items() if settings.get(key) == corpus]
+        wanted = set().union(*roles) if self.corpus_roles else None
+        out = [
+            self.table(f) for f in self.tables.get("corpus", ()) if wanted is None or f in wanted
+        ]
+        for figure in self.figures:
+            if figure.scope == "corpus" and (wanted is None or figure.name in wanted):
+                out += figure_paths(self, figure)
+        return out
 
 
 def figure_paths(family: Family, figure: Figure) -> list[str]:

@@ -1,0 +1,91 @@
+# Syntax and coreference heads and attention probes (Clark et al. 2019; ANALYSES.md section 5).
+# Outputs are declared in scripts/attnscope/analyses/probing/outputs.py.
+
+PROBING = config["analyses"]["probing"]
+PROBING_OUT = FAMILIES["probing"]
+
+
+rule probing:
+    input:
+        family_targets("probing"),
+
+
+rule probing_syntax:
+    input:
+        unpack(probing_mixing_maps),
+        manifest=manifest,
+        hidden_states=hidden_states,
+        encoded="results/{model}/{corpus}/encoded.h5",
+    output:
+        heads=PROBING_OUT.table("syntax_heads.tsv"),
+        best=PROBING_OUT.table("syntax_best.tsv"),
+        features=PROBING_OUT.table("probe_features.h5"),
+    log:
+        "results/{model}/{corpus}/logs/probing_syntax.log",
+    benchmark:
+        "results/{model}/{corpus}/benchmarks/probing_syntax.tsv"
+    conda:
+        "../envs/model.yaml"
+    threads: 4
+    resources:
+        gpu=gpu_count,
+        slurm_partition=partition,
+    params:
+        device=config["device"],
+        batch_size=config["batch_size"],
+        sources=PROBING["sources"],
+        word_mode=PROBING["word_mode"],
+    script:
+        "../scripts/probing_syntax.py"
+
+
+rule probing_probe:
+    input:
+        features=PROBING_OUT.table("probe_features.h5"),
+        encoded="results/{model}/{corpus}/encoded.h5",
+    output:
+        probe=PROBING_OUT.table("probe.tsv"),
+        curve=PROBING_OUT.table("probe_learning_curve.tsv"),
+    log:
+        "results/{model}/{corpus}/logs/probing_probe.log",
+    benchmark:
+        "results/{model}/{corpus}/benchmarks/probing_probe.tsv"
+    conda:
+        "../envs/model.yaml"
+    threads: 2
+    params:
+        sources=PROBING["sources"],
+        seed=PROBING["seed"],
+        epochs=PROBING["probe_epochs"],
+        learning_rate=PROBING["probe_learning_rate"],
+        learning_curve=PROBING["learning_curve"],
+    script:
+        "../scripts/probing_probe.py"
+
+
+rule probing_coref:
+    input:
+        unpack(probing_mixing_maps),
+        manifest=manifest,
+        hidden_states=hidden_states,
+        encoded="results/{model}/{corpus}/encoded.h5",
+    output:
+        heads=PROBING_OUT.table("coref_heads.tsv"),
+        best=PROBING_OUT.table("coref_best.tsv"),
+    log:
+        "results/{model}/{corpus}/logs/probing_coref.log",
+    benchmark:
+        "results/{model}/{corpus}/benchmarks/probing_coref.tsv"
+    conda:
+        "../envs/model.yaml"
+    threads: 4
+    resources:
+        gpu=gpu_count,
+        slurm_partition=partition,
+    params:
+        device=config["device"],
+        batch_size=config["batch_size"],
+        sources=PROBING["sources"],
+        word_mode=PROBING["word_mode"],
+    script:
+        "../scripts/probing_coref.py"

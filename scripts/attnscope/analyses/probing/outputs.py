@@ -1,0 +1,45 @@
+"""Outputs of the probing analyses (Clark et al. 2019, sections 4-5).
+
+Syntax and the probe run on the corpus `syntax_corpus` (UD EWT), coreference on `coref_corpus`
+(GAP); each corpus gets only its own tables and figures.
+"""
+
+from attnscope.pipeline.outputs import Family, Figure
+
+SYNTAX = (
+    "syntax_heads.tsv",
+    "syntax_best.tsv",
+    "probe_features.h5",
+    "probe.tsv",
+    "probe_learning_curve.tsv",
+)
+COREF = ("coref_heads.tsv", "coref_best.tsv")
+
+
+def problems(settings: dict):
+    if not settings["sources"]:
+        yield "sources must name at least one map source"
+    if settings["syntax_corpus"] == settings["coref_corpus"]:
+        yield "syntax_corpus and coref_corpus must be different corpora (ewt and gap kinds)"
+    if len(set(settings["sources"])) != len(settings["sources"]):
+        yield "sources must not repeat a name"
+    if any(not 0 < f <= 1 for f in settings["learning_curve"]):
+        yield "learning_curve fractions must lie in (0, 1]"
+
+
+FAMILY = Family(
+    name="probing",
+    title="Syntax, coreference and probes (Clark et al. 2019)",
+    tables={"corpus": SYNTAX + COREF},
+    figures=(
+        Figure("syntax_best", "corpus", ("syntax_best.tsv",)),
+        Figure("syntax_heatmaps", "corpus", ("syntax_heads.tsv",), ("heatmap_relations",)),
+        Figure("probe_uas", "corpus", ("probe.tsv", "probe_learning_curve.tsv")),
+        Figure("coref_heads", "corpus", ("coref_heads.tsv", "coref_best.tsv")),
+    ),
+    problems=problems,
+    corpus_roles={
+        "syntax_corpus": SYNTAX + ("syntax_best", "syntax_heatmaps", "probe_uas"),
+        "coref_corpus": COREF + ("coref_heads",),
+    },
+)

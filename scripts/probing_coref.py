@@ -1,0 +1,35 @@
+"""Coreference heads per source, layer and head on GAP, with the baselines."""
+
+import h5py
+
+from attnscope.analyses.probing.corpus import coref_pass
+from attnscope.core.files import write_table
+from attnscope.core.store import HiddenStates
+from attnscope.data.corpora import read_meta
+from attnscope.pipeline import runlog
+from attnscope.pipeline.models import open_model
+
+log = runlog.start(snakemake)
+params = snakemake.params
+output = snakemake.output
+loaded = open_model(snakemake.input.manifest, params.device, log)
+metas = read_meta(snakemake.input.encoded)
+mixing_path = snakemake.input.get("mixing")
+mixing = h5py.File(mixing_path, "r") if mixing_path else None
+with HiddenStates(snakemake.input.hidden_states) as store:
+    heads, best = coref_pass(
+        store,
+        loaded.weights,
+        metas,
+        list(params.sources),
+        batch_size=params.batch_size,
+        device=loaded.device,
+        mode=params.word_mode,
+        mixing=mixing,
+        log=log,
+    )
+if mixing is not None:
+    mixing.close()
+write_table(heads, output.heads)
+write_table(best, output.best)
+log.info("wrote %s (%d rows) and %s", output.heads, len(heads), output.best)
