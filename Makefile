@@ -29,7 +29,7 @@ run: venv
 	$(BIN)/snakemake --cores $(CORES) --profile profiles/default $(MIRROR_CONFIG) $(SNAKEMAKE_ARGS)
 
 report: venv
-	$(BIN)/snakemake --profile profiles/default $(MIRROR_CONFIG) $(SNAKEMAKE_ARGS) --report results/report.html
+	$(BIN)/snakemake --profile profiles/default $(MIRROR_CONFIG) $(SNAKEMAKE_ARGS) --report results/report.zip
 
 lint: venv
 	$(BIN)/ruff check scripts tests tools benchmarks

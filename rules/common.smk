@@ -186,3 +186,8 @@ def probing_mixing_maps(wildcards):
             f"is not enabled for corpus {wildcards.corpus!r}"
         )
     return {"mixing": f"results/{wildcards.model}/{wildcards.corpus}/mixing/maps.h5"}
+
+
+def view_sequences(wildcards):
+    """The sequences (0-based) whose views a corpus gets; None: its first max_pages."""
+    return config["analyses"]["views"]["sequences"].get(wildcards.corpus)

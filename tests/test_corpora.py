@@ -331,3 +331,32 @@ def test_entry_script(minilm, tmp_path):
     script = Path(__file__).parents[1] / "scripts" / "encode_corpus.py"
     runpy.run_path(str(script), init_globals={"snakemake": snakemake})
     assert len(read_meta(out)) == 4
+
+
+def test_texts_encode_like_the_tokenizer_itself(minilm, bpe):
+    """A single text and a sentence pair give the tokenizer's own ids (one SEP between A and B)
+    and words that cover every non-special piece; byte-level BPE keeps the spaces."""
+    texts = ["The cat sat on the mat.", ["The cat sat.", "It purred, loudly!"]]
+    corpus = encode_corpus("texts", [], minilm, {"texts": texts})
+    for i, text in enumerate(texts):
+        expected = minilm(*([text] if isinstance(text, str) else text))
+        n = len(expected["input_ids"])
+        assert corpus.input_ids[i, :n].tolist() == expected["input_ids"]
+        assert corpus.token_type_ids[i, :n].tolist() == expected["token_type_ids"]
+    check_layout(corpus, minilm, 128, [1, 2])
+    check_words_bert(corpus, minilm)
+    assert corpus.meta[1]["words"][-4:] == ["purred", ",", "loudly", "!"]
+    pair = encode_corpus("texts", [], bpe, {"texts": [["A cat sat.", "It purred."]]})
+    ids, _ = real(pair, 0)
+    assert bpe.decode(ids[1:-1], clean_up_tokenization_spaces=False) == (
+        "A cat sat.<|endoftext|>It purred."
+    )
+
+
+def test_texts_bad_items_and_overlong_texts_stop_by_name(minilm):
+    with pytest.raises(ValueError, match="texts: item 1 must be"):
+        encode_corpus("texts", [], minilm, {"texts": ["fine", ["a", "b", "c"]]})
+    with pytest.raises(ValueError, match="texts: item 0 has .* more than max_length 8"):
+        encode_corpus(
+            "texts", [], minilm, {"texts": ["one two three four five six seven"], "max_length": 8}
+        )

@@ -50,12 +50,14 @@ def small_config(models: dict, n: int = 4) -> dict:
             "ewt": {"kind": "ewt", "n_sequences": n, "max_length": 64},
             "gap": {"kind": "gap", "n_sequences": n, "max_length": 128},
             "wiki_masked": {"kind": "wiki", "n_sequences": 2, "max_length": 32, "mask_rate": 0.12},
+            "texts": {"kind": "texts", "texts": ["The cat sat on the mat.", ["A cat.", "A dog."]]},
         },
         "analyses": {
             "weights": {"corpora": ["wiki"]},
             "norms": {"corpora": ["wiki"]},
             "position": {"corpus": "wiki512"},
             "mixing": {"corpora": ["wiki_masked"]},
+            "views": {"corpora": ["texts", "wiki"], "sequences": {"wiki": [0, 2]}},
         },
     }
 
@@ -112,6 +114,40 @@ def test_tiny_workflow_runs_every_rule(tiny_run):
     assert len(ratio) == 8 * 3 and ratio["mean"].between(0, 1).all()
 
 
+def test_views_pages_hold_the_stores_and_tables_values(tiny_run):
+    """The configured pages exist and are listed; a page's head-summed norms are the norms
+    family's attn_n_maps.h5, and its tokens are the store's."""
+    from transformers import AutoTokenizer
+
+    from attnscope.analyses.views.page import read_page
+
+    workdir, config = tiny_run
+    views = workdir / "results/tiny/wiki/views"
+    assert sorted(p.name for p in views.glob("*.html")) == [
+        "index.html", "sequence_0000.html", "sequence_0002.html"
+    ]  # fmt: skip
+    index = (views / "index.html").read_text()
+    assert 'href="sequence_0000.html"' in index and 'href="sequence_0002.html"' in index
+    assert len(list((workdir / "results/tiny/texts/views").glob("sequence_*.html"))) == 2
+    header, arrays = read_page((views / "sequence_0002.html").read_text())
+    n = header["n"]
+    tokenizer = AutoTokenizer.from_pretrained(config["models"]["tiny"]["path"])
+    with h5py.File(workdir / "results/tiny/wiki/hidden_states.h5", "r") as f:
+        ids = f["input_ids"][2]
+        assert n == f["attention_mask"][2].sum()
+    pieces = tokenizer.convert_ids_to_tokens(ids[:n].tolist())
+    readable = [tokenizer.convert_tokens_to_string([p]).strip() or p for p in pieces]
+    assert header["tokens"] == readable and header["tokens"][0] == "[CLS]"
+    with h5py.File(workdir / "results/tiny/wiki/norms/attn_n_maps.h5", "r") as f:
+        for layer in range(1, header["layers"] + 1):
+            maps = f[f"maps/{layer}"][2, :n, :n]
+            keys = arrays[f"Attn/{layer}/key"].astype(int)
+            values = arrays[f"Attn/{layer}/value"]
+            np.testing.assert_allclose(
+                np.take_along_axis(maps, keys, 1), values, rtol=2e-3, atol=1e-6
+            )
+
+
 def scheduled_rules(result) -> set[str]:
     """Rule names a dry run would execute (from its job-stats table)."""
     text = result.stdout + result.stderr
@@ -157,11 +193,14 @@ def test_key_order_and_mirror_spelling_rerun_nothing(tiny_run):
     assert scheduled_rules(snakemake(workdir, respelled, "--dry-run")) == {"config_snapshot", "all"}
 
 
-@pytest.mark.parametrize("family", ["weights", "norms", "position", "mixing", "probing"])
+FAMILY_NAMES = ["weights", "norms", "position", "mixing", "probing", "views"]
+
+
+@pytest.mark.parametrize("family", FAMILY_NAMES)
 def test_one_family_builds_alone(tmp_path, tiny_model_dir, family):
     config = small_config({"tiny": {"source": "path", "path": str(tiny_model_dir)}})
     rules = scheduled_rules(snakemake(tmp_path, config, family, "--dry-run"))
-    others = {"weights", "norms", "position", "mixing", "probing"} - {family}
+    others = set(FAMILY_NAMES) - {family}
     assert family in rules and any(rule.startswith(f"{family}_") for rule in rules)
     assert not any(rule.split("_")[0] in others for rule in rules), rules
 
@@ -184,11 +223,23 @@ def test_my_configfile_runs_only_my_model(tmp_path, tiny_model_dir):
 
 
 def test_report_builds(tiny_run):
+    """The zip report holds the figures, the software record and every views folder."""
+    import zipfile
+
     workdir, config = tiny_run
-    result = snakemake(workdir, config, "--report", str(workdir / "report.html"))
+    result = snakemake(workdir, config, "--report", str(workdir / "report.zip"))
     assert result.returncode == 0, result.stderr[-3000:]
-    html = (workdir / "report.html").read_text(errors="replace")
+    with zipfile.ZipFile(workdir / "report.zip") as archive:
+        names = archive.namelist()
+        html = archive.read("report/report.html").decode(errors="replace")
     assert "versions.tsv" in html and "config.yaml" in html
+    # each views folder lands whole in the zip, as report/data/raw/<hash>/<its files>
+    folders = {Path(n).parent for n in names if n.endswith("/index.html")}
+    pages = {
+        folder: {Path(n).name for n in names if Path(n).parent == folder} for folder in folders
+    }
+    assert {"index.html", "sequence_0000.html", "sequence_0001.html"} in pages.values()  # texts
+    assert {"index.html", "sequence_0000.html", "sequence_0002.html"} in pages.values()  # wiki
 
 
 def test_nothing_computed_is_lost_on_bad_config(tiny_run):
@@ -254,6 +305,11 @@ def test_default_pipeline_on_a_slice(tmp_path):
         ({"corpora": {"wiki": {"kind": "wikipedia"}}}, "kind"),
         ({"analyses": {"weights": {"corpora": ["nope"]}}}, "analyses.weights.corpora"),
         ({"models": {"m": {"source": "hub", "repo": "bert-base-uncased"}}}, "revision"),
+        (
+            {"analyses": {"views": {"corpora": ["wiki"], "sequences": {"ewt": [0]}}}},
+            "analyses.views: sequences names corpus 'ewt'",
+        ),
+        ({"corpora": {"texts": {"kind": "texts"}}}, "corpora.texts.texts must be given"),
     ],
 )
 def test_bad_config_fails_before_any_job(tmp_path, change, message):
@@ -302,6 +358,18 @@ def test_bad_inputs_fail_by_name_and_leave_no_outputs(tmp_path, tiny_model_dir):
         assert result.returncode != 0 and message in log_text, (target, result.stderr[-2000:])
         assert not (tmp_path / "run" / target).exists()
         assert not list((tmp_path / "run").rglob("*.partial"))
+
+
+def test_view_of_a_missing_sequence_fails_by_name_and_leaves_no_folder(tmp_path, tiny_model_dir):
+    config = small_config({"tiny": {"source": "path", "path": str(tiny_model_dir)}})
+    config["analyses"]["views"]["sequences"] = {"wiki": [1, 999]}
+    result = snakemake(tmp_path, config, "results/tiny/wiki/views")
+    logs = "".join(p.read_text() for p in tmp_path.rglob("*.log"))
+    text = result.stdout + result.stderr + logs
+    assert result.returncode != 0
+    assert "analyses.views.sequences.wiki names sequences [999]" in text, text[-3000:]
+    assert not (tmp_path / "results/tiny/wiki/views").exists()
+    assert not list(tmp_path.rglob("*.partial"))
 
 
 def test_empty_corpus_fails_by_name(tmp_path, tiny_model_dir):

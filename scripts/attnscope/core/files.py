@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +26,22 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         os.replace(partial, path)
     finally:
         partial.unlink(missing_ok=True)
+
+
+@contextmanager
+def atomic_folder(path: str | Path) -> Iterator[Path]:
+    """Yield the empty folder `path`.partial to fill; it replaces `path` (removed first) only
+    on success, and is removed on failure."""
+    path = Path(path)
+    partial = path.with_name(path.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    try:
+        yield partial
+        shutil.rmtree(path, ignore_errors=True)
+        os.replace(partial, path)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
 
 
 def write_table(table, path: str | Path) -> None:
@@ -55,5 +72,8 @@ def remove_stale_partials(folder: str | Path) -> list[Path]:
     return them. Call only when no writer runs there (Snakemake holds its directory lock)."""
     stale = sorted(Path(folder).rglob("*.partial")) if Path(folder).is_dir() else []
     for path in stale:
-        path.unlink(missing_ok=True)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
     return stale

@@ -35,6 +35,9 @@ Kinds and decisions:
     clark    A JSON list of {"tokens": [...]} in Clark et al.'s format: WordPiece tokens,
              "##" pieces are joined to the word before; "[CLS]" must come first and "[SEP]"
              last; the words between separators become the segments. Over-long ones are dropped.
+    texts    The config's own texts (setting texts): each a string (one segment) or a list of
+             two strings (sentence A, sentence B). Words are split as in gap; over-long texts
+             stop the run (a text the user typed is never dropped silently).
 
 `dropped` counts the sequences left out for length before n_sequences were collected.
 With mask_rate > 0, round(mask_rate * n) of the n non-special pieces of each sequence are
@@ -59,7 +62,7 @@ from attnscope.core.files import sha256_of
 from attnscope.core.store import atomic_h5
 from attnscope.core.tokens import categorize, special_ids
 
-KINDS = ("wiki", "wiki512", "ewt", "gap", "clark")
+KINDS = ("wiki", "wiki512", "ewt", "gap", "clark", "texts")
 DEFAULTS = {
     "n_sequences": 0,
     "max_length": 128,
@@ -153,6 +156,8 @@ def encode_corpus(kind: str, data_files: list[str], tokenizer, settings: dict) -
         candidates = _ewt(inputs, pieces)
     elif kind == "gap":
         candidates = _gap(inputs, pieces)
+    elif kind == "texts":
+        candidates = _texts(settings.get("texts") or [], pieces, max_length)
     else:
         if not settings.get("path"):
             raise ValueError("corpus kind 'clark' needs a path to the JSON file (setting path)")
@@ -502,3 +507,32 @@ def _clark(path: str | Path, pieces: _Pieces) -> Iterator[_Sequence]:
                 segments[-1].append(token)
         words = [w for segment in segments for w in segment]
         yield pieces.layout([pieces(s) for s in segments], {"words": words})
+
+
+# --- texts -----------------------------------------------------------------------------------
+
+
+def _texts(texts: list, pieces: _Pieces, max_length: int) -> Iterator[_Sequence]:
+    for n, text in enumerate(texts):
+        segments = [text] if isinstance(text, str) else list(text)
+        if not 1 <= len(segments) <= 2 or not all(
+            isinstance(s, str) and s.strip() for s in segments
+        ):
+            raise ValueError(
+                f"texts: item {n} must be a non-empty string or a list of two (sentence A, B)"
+            )
+        spans = [_gap_words(s) for s in segments]
+        words = [[w for w, _, _ in spans_] for spans_ in spans]
+        spaces = [
+            [i > 0 and s[a - 1].isspace() for i, (_, a, _) in enumerate(spans_)]
+            for s, spans_ in zip(segments, spans, strict=True)
+        ]
+        seq = pieces.layout(
+            [pieces(w, sp) for w, sp in zip(words, spaces, strict=True)],
+            {"words": [w for ws in words for w in ws], "text": segments},
+        )
+        if len(seq.ids) > max_length:
+            raise ValueError(
+                f"texts: item {n} has {len(seq.ids)} pieces, more than max_length {max_length}"
+            )
+        yield seq

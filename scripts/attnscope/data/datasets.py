@@ -79,6 +79,7 @@ DATA_FILES = {
 }
 
 FILES_BY_KIND = {
+    "texts": [],  # the config's own texts: no data file
     "wiki": ["wikitext-2/valid.txt", "wikitext-2/test.txt"],
     "wiki512": ["wikitext-2/valid.txt", "wikitext-2/test.txt"],
     "ewt": [

@@ -21,6 +21,10 @@ def check_config(config: dict, families: dict[str, Family]) -> None:
     for name, settings in corpora.items():
         if settings["kind"] == "clark" and not settings.get("path"):
             raise ConfigError(f"config: corpora.{name}.path is required for kind clark")
+        if (settings["kind"] == "texts") != bool(settings.get("texts")):
+            raise ConfigError(
+                f"config: corpora.{name}.texts must be given (non-empty) exactly when kind is texts"
+            )
     for name, family in families.items():
         settings = config["analyses"][name]
         if not settings.get("enabled", True):

@@ -54,6 +54,10 @@ class Family:
               that corpus}; empty: every corpus table and figure for every corpus of
               `corpora:`/`corpus:` (a family reading two corpora for different analyses, e.g.
               probing's syntax_corpus and coref_corpus, names its roles here)
+    folder    True: one job writes the family's whole corpus folder as a directory output
+              (views: an index.html and one page per sequence, so the number of files may
+              depend on the data); its declared tables are files inside it, and the targets
+              name the folder
     """
 
     name: str
@@ -62,12 +66,17 @@ class Family:
     figures: tuple[Figure, ...] = ()
     problems: Callable[[dict], Iterable[str]] = lambda settings: ()
     corpus_roles: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    folder: bool = False
+
+    def folder_path(self, scope: str = "corpus") -> str:
+        """Path pattern (wildcards model, corpus) of the family's folder of one scope."""
+        return FOLDERS[scope].format(family=self.name)
 
     def table(self, file: str, scope: str = "corpus") -> str:
         """Path pattern (wildcards model, corpus) of a declared table; KeyError otherwise."""
         if file not in self.tables.get(scope, ()):
             raise KeyError(f"{self.name}: {scope} table {file!r} is not declared in outputs.py")
-        return f"{FOLDERS[scope].format(family=self.name)}/{file}"
+        return f"{self.folder_path(scope)}/{file}"
 
     def figure(self, name: str) -> Figure:
         for figure in self.figures:
@@ -108,6 +117,8 @@ class Family:
 
     def corpus_files(self, settings: dict, corpus: str) -> list[str]:
         """Path patterns of the corpus-scope tables and figures made for `corpus`."""
+        if self.folder:
+            return [self.folder_path()]
         roles = [names for key, names in self.corpus_roles.items() if settings.get(key) == corpus]
         wanted = set().union(*roles) if self.corpus_roles else None
         out = [

@@ -18,6 +18,8 @@ import torch
 
 from attnscope.analyses.mixing.layer_decomposition import (
     SCOPES,
+    WEIGHT_SCOPES,
+    Stage,
     closing_layer_norm,
     layer_stages,
     reference_outputs,
@@ -70,6 +72,41 @@ class ResidualLog:
         return table
 
 
+def layer_scope_maps(
+    model,
+    weights: CanonicalModel,
+    l: int,
+    X: torch.Tensor,
+    mask: torch.Tensor,
+    X_next: torch.Tensor | None,
+    ig_steps: int,
+    residuals: ResidualLog,
+    on_stage: Callable[[Stage], None] | None = None,
+) -> dict[str, torch.Tensor]:
+    """Every scope's map of layer `l` (0-based) for one batch.  {scope: [B, n, n]}
+
+    X [B, n, d] the layer input, mask [B, n]; X_next [B, n, d] the stored next hidden state
+    (None: recomputed). Each stage is checked against the real module output (`residuals`
+    raises above its bound) and handed to `on_stage` before the next one overwrites it.
+    Invisible pairs and padding rows are 0.
+    """
+    layer = weights.layers[l]
+    closing = closing_layer_norm(weights.layers, weights.final_ln, l)
+    y = architecture(model.config.model_type).attention_output(model, l, X, mask)
+    reference = reference_outputs(X, y, layer, closing, X_next)
+    maps = weight_maps(attention_probs(X, mask, layer))
+    extra: dict = {}
+    for stage in layer_stages(X, mask, layer, closing, ig_steps, extra):
+        residuals.add(l + 1, stage.scope, stage.total(), reference[stage.scope], mask)
+        if stage.scope == "AttnResLnFf":
+            residuals.add(l + 1, COMPLETENESS, stage.total(), extra["ff_real"], mask)
+        maps[stage.scope] = stage.parts.norm(dim=-1)
+        if on_stage is not None:
+            on_stage(stage)
+    keep = visible_pairs(mask, layer.causal) & mask.bool()[:, :, None]
+    return {scope: maps[scope] * keep for scope in SCOPES}
+
+
 def analyse_corpus(
     store: HiddenStates,
     weights: CanonicalModel,
@@ -101,14 +138,12 @@ def analyse_corpus(
     maps.attrs["description"] = "{scope}/{layer} [seq, query i, key j]: ||z_ij|| or weights"
     maps.attrs["ig_steps"] = ig_steps
     stored_exact = store.attrs.get("dtype", "float32") == "float32"
-    module_attention = architecture(model.config.model_type).attention_output
     ratios = MixingRatios(SCOPES, weights.n_layers)
     rsa = ScopeRSA(SCOPES, weights.n_layers)
     ff_pairs = FfPairs(weights.n_layers)
     residuals = ResidualLog(max_rel_residual, log)
     example_rows = []
     for l, layer in enumerate(weights.layers):
-        closing = closing_layer_norm(weights.layers, weights.final_ln, l)
         datasets = {
             scope: maps.create_dataset(
                 f"{scope}/{l + 1}", (N, L, L), dtype=maps_dtype, chunks=(1, L, L)
@@ -119,28 +154,20 @@ def analyse_corpus(
             X, mask = batch.X, batch.mask
             n = X.shape[1]
             pairs = visible_pairs(mask, layer.causal)
-            real = mask.bool()
             with torch.no_grad():
                 X_next = None
                 if stored_exact:
                     X_next = torch.from_numpy(store.hidden(l + 1, batch.start, batch.stop)[:, :n])
                     X_next = X_next.to(device)
-                y = module_attention(model, l, X, mask)
-                reference = reference_outputs(X, y, layer, closing, X_next)
-                batch_maps = weight_maps(attention_probs(X, mask, layer))
-                for scope, values in batch_maps.items():
-                    ratios.add(scope, l, weight_mixing_ratio(values * pairs), mask)
-                extra: dict = {}
-                for stage in layer_stages(X, mask, layer, closing, ig_steps, extra):
-                    residuals.add(l + 1, stage.scope, stage.total(), reference[stage.scope], mask)
-                    if stage.scope == "AttnResLnFf":
-                        residuals.add(l + 1, COMPLETENESS, stage.total(), extra["ff_real"], mask)
-                    batch_maps[stage.scope] = stage.parts.norm(dim=-1)
+
+                def add_ratio(stage, l=l, mask=mask):
                     ratios.add(stage.scope, l, vector_mixing_ratio(stage.parts), mask)
-                for scope in SCOPES:
-                    batch_maps[scope] = batch_maps[scope] * pairs
-                    pad_rows = ~real[:, :, None]
-                    batch_maps[scope] = batch_maps[scope].masked_fill(pad_rows, 0)
+
+                batch_maps = layer_scope_maps(
+                    model, weights, l, X, mask, X_next, ig_steps, residuals, add_ratio
+                )
+                for scope in WEIGHT_SCOPES:
+                    ratios.add(scope, l, weight_mixing_ratio(batch_maps[scope]), mask)
                 rsa.add(l, batch_maps, pairs)
                 ff_pairs.add(
                     l, batch_maps["AttnResLn"], batch_maps["AttnResLnFf"], pairs, batch.input_ids

@@ -1,0 +1,44 @@
+# Offline interactive views: head, model and neuron views of weights, norms and whole-layer
+# scopes (seed 004, BertViz-style). Outputs are declared in scripts/attnscope/analyses/views/.
+
+VIEWS = config["analyses"]["views"]
+VIEWS_OUT = FAMILIES["views"]
+
+
+rule views:
+    input:
+        family_targets("views"),
+
+
+rule views_pages:
+    input:
+        manifest=manifest,
+        hidden_states=hidden_states,
+    output:
+        report(
+            directory(VIEWS_OUT.folder_path()),
+            htmlindex="index.html",
+            caption="../report/views/pages.rst",
+            category=VIEWS_OUT.title,
+            subcategory="{model} / {corpus}",
+        ),
+    log:
+        "results/{model}/{corpus}/logs/views_pages.log",
+    benchmark:
+        "results/{model}/{corpus}/benchmarks/views_pages.tsv"
+    conda:
+        "../envs/model.yaml"
+    threads: 2
+    resources:
+        gpu=gpu_count,
+        slurm_partition=partition,
+    params:
+        device=config["device"],
+        sequences=view_sequences,
+        max_pages=VIEWS["max_pages"],
+        scopes=VIEWS["scopes"],
+        ig_steps=VIEWS["ig_steps"],
+        top_k=VIEWS["top_k"],
+        max_rel_residual=config["analyses"]["mixing"]["max_rel_residual"],
+    script:
+        "../scripts/views_pages.py"

@@ -1,0 +1,1 @@
+"""Offline interactive views (head, model and neuron views) of every map of a sequence."""

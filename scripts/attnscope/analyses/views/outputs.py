@@ -1,0 +1,18 @@
+"""Outputs of the views: one folder of self-contained HTML pages per model and corpus."""
+
+from attnscope.pipeline.outputs import Family
+
+
+def problems(settings: dict):
+    for corpus in settings["sequences"]:
+        if corpus not in settings["corpora"]:
+            yield f"sequences names corpus {corpus!r}, which views corpora does not list"
+
+
+FAMILY = Family(
+    name="views",
+    title="Interactive views (head, model and neuron views)",
+    tables={"corpus": ("index.html",)},
+    problems=problems,
+    folder=True,
+)

@@ -1,0 +1,155 @@
+"""What one page shows: a sequence's tokens and, per layer, the arrays the views draw from.
+
+For a sequence of n real pieces, per layer l (1-based, as in every table) and head h:
+
+    q/{l}, k/{l}        [H, n, d'] float16  queries and keys, biases included; the page forms
+                                            alpha = softmax_j(q_i k_j^T * scale) over visible
+                                            keys (neuron view, head view of the weights)
+    fnorm/{l}           [H, n]     float32  ||f^h(x_j)||: ||alpha f(x)|| = alpha ||f(x)||
+    {scope}/{l}/key     [n, k]     uint16   the top-k keys j of each query row of a vector
+    {scope}/{l}/value   [n, k]     float16  scope's map ||z_ij|| (Attn = ||sum_h alpha f(x)||,
+                                            then AttnRes ... AttnResLnFfResLn of the mixing
+                                            family when `scopes` is on)
+
+The weights are exact in the page up to the float16 rounding of q and k; `alpha_max_error` in
+the header is the largest |alpha_page - alpha| of the sequence, measured here. Every vector
+scope is checked against the real module output, as in the mixing family.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from attnscope.analyses.mixing.corpus import ResidualLog, layer_scope_maps
+from attnscope.analyses.mixing.layer_decomposition import VECTOR_SCOPES
+from attnscope.analyses.norms.summed_norms import head_summed_norms
+from attnscope.core.attention import attention_probs, queries_keys, value_vectors
+from attnscope.core.canonical import CanonicalModel
+from attnscope.core.store import HiddenStates
+from attnscope.core.tokens import CATEGORY_NAMES, SEP
+
+
+@dataclass
+class Page:
+    """A page's JSON header (tokens, shapes, sources) and its named arrays."""
+
+    header: dict
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def segments(category: np.ndarray) -> np.ndarray:
+    """Sentence A (0) up to and including the first separator, B (1) after.  [n] -> [n] int8"""
+    seps = np.flatnonzero(category == SEP)
+    out = np.zeros(len(category), dtype=np.int8)
+    if len(seps):
+        out[seps[0] + 1 :] = 1
+    return out
+
+
+def word_units(word_ids: np.ndarray) -> np.ndarray:
+    """Unit of every piece for the word-level view: the pieces of one word share a unit, every
+    other piece (special tokens, pieces of a cut word) is a unit of its own.  [n] -> [n] int32"""
+    units = np.empty(len(word_ids), dtype=np.int32)
+    unit, previous = -1, None
+    for i, word in enumerate(word_ids):
+        if word < 0 or word != previous:
+            unit += 1
+        units[i] = unit
+        previous = word if word >= 0 else None
+    return units
+
+
+def top_k_rows(values: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k largest entries of each row: (keys uint16, values float16), each [n, k]."""
+    top = torch.topk(values, min(k, values.shape[-1]), dim=-1)
+    return top.indices.cpu().numpy().astype(np.uint16), top.values.cpu().numpy().astype("f2")
+
+
+def sequence_page(
+    store: HiddenStates,
+    index: int,
+    weights: CanonicalModel,
+    model,
+    tokenizer,
+    *,
+    scopes: bool,
+    ig_steps: int,
+    top_k: int,
+    max_rel_residual: float,
+    device: str = "cpu",
+    log: logging.Logger | None = None,
+) -> Page:
+    """The page of sequence `index` of `store` (0-based)."""
+    n = int(store.lengths[index])
+    ids = store.input_ids[index, :n]
+    category = store.category[index, :n]
+    units = word_units(store.word_ids[index, :n])
+    pieces = tokenizer.convert_ids_to_tokens(ids.tolist())
+    unit_pieces = [[] for _ in range(int(units.max()) + 1)]
+    for piece, unit in zip(pieces, units, strict=True):
+        unit_pieces[unit].append(piece)
+    unit_labels = [tokenizer.convert_tokens_to_string(p).strip() for p in unit_pieces]
+    page = Page(
+        header={
+            "sequence": index,
+            "n": n,
+            "layers": weights.n_layers,
+            "heads": weights.n_heads,
+            "d_head": weights.d_head,
+            "causal": weights.causal,
+            "scale": [layer.scale for layer in weights.layers],
+            "family": weights.family,
+            "model_type": weights.model_type,
+            "tokens": [tokenizer.convert_tokens_to_string([p]).strip() or p for p in pieces],
+            "category": [CATEGORY_NAMES[int(c)] for c in category],
+            "segment": segments(category).tolist(),
+            "unit": units.tolist(),
+            "unit_labels": [label or "?" for label in unit_labels],
+            "scopes": list(VECTOR_SCOPES if scopes else VECTOR_SCOPES[:1]),
+            "top_k": min(top_k, n),
+        }
+    )
+    residuals = ResidualLog(max_rel_residual, log)
+    mask = torch.ones(1, n, dtype=torch.long, device=device)
+    exact = store.attrs.get("dtype", "float32") == "float32"
+    alpha_error = 0.0
+    for l, layer in enumerate(weights.layers):
+        X = torch.from_numpy(store.hidden(l, index, index + 1)[:, :n]).to(device)
+        with torch.no_grad():
+            q, k = queries_keys(X, layer)
+            fx = value_vectors(X, layer)
+            alpha = attention_probs(X, mask, layer)
+            alpha_error = max(alpha_error, float((page_alpha(q, k, layer) - alpha).abs().max()))
+            if scopes:
+                X_next = None
+                if exact:
+                    X_next = torch.from_numpy(store.hidden(l + 1, index, index + 1)[:, :n])
+                    X_next = X_next.to(device)
+                maps = layer_scope_maps(model, weights, l, X, mask, X_next, ig_steps, residuals)
+            else:
+                maps = {"Attn": head_summed_norms(alpha, fx)}
+        page.arrays[f"q/{l + 1}"] = q[0].cpu().numpy().astype(np.float16)
+        page.arrays[f"k/{l + 1}"] = k[0].cpu().numpy().astype(np.float16)
+        page.arrays[f"fnorm/{l + 1}"] = fx[0].norm(dim=-1).cpu().numpy().astype("f4")
+        for scope in page.header["scopes"]:
+            keys, values = top_k_rows(maps[scope][0], top_k)
+            page.arrays[f"{scope}/{l + 1}/key"] = keys
+            page.arrays[f"{scope}/{l + 1}/value"] = values
+    page.header["alpha_max_error"] = alpha_error
+    page.header["max_rel_residual"] = float(residuals.table()["max_rel"].max()) if scopes else None
+    return page
+
+
+def page_alpha(q: torch.Tensor, k: torch.Tensor, layer) -> torch.Tensor:
+    """alpha as the page computes it: from float16-rounded q and k, in float32.  [1, H, n, n]"""
+    q16, k16 = q.half().float(), k.half().float()
+    scores = torch.einsum("bhie,bhje->bhij", q16, k16) * layer.scale
+    if layer.causal:
+        n = q.shape[-2]
+        hidden = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+        scores = scores.masked_fill(hidden, float("-inf"))
+    return torch.softmax(scores, dim=-1)

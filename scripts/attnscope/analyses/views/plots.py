@@ -1,0 +1,3 @@
+"""The views draw in the browser (viewer.js); they declare no static figure."""
+
+FIGURES: dict = {}

