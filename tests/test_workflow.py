@@ -381,3 +381,12 @@ def test_empty_corpus_fails_by_name(tmp_path, tiny_model_dir):
     logs = "".join(p.read_text() for p in tmp_path.rglob("*.log"))
     assert result.returncode != 0 and "is empty" in (result.stdout + result.stderr + logs)
     assert not (tmp_path / "results/tiny/mine/encoded.h5").exists()
+
+
+def test_paper_config_plans_every_family(tmp_path):
+    """config/paper.yaml alone (the papers' models, all sequences) is a complete config."""
+    config = yaml.safe_load((ROOT / "config" / "paper.yaml").read_text())
+    result = snakemake(tmp_path, config | {"mirror": str(MIRROR)}, "--dry-run")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    rules = scheduled_rules(result)
+    assert {"mixing_compute", "probing_probe", "views_pages", "position_corpus"} <= rules
