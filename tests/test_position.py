@@ -263,3 +263,21 @@ def test_every_figure_draws(tmp_path):
     for name, kwargs in tables.items():
         fig = position_plots.FIGURES[name](**kwargs, title=name)
         fig.savefig(tmp_path / f"{name}.png")
+
+
+def test_real_eigenvalues_get_a_positive_frequency_whatever_the_round_off():
+    """A real eigen-wave has the same |DFT| at f and -f; a round-off tilt towards -f must not
+    flip the sign of its frequency and Delta. A complex one keeps its signed frequency."""
+    import dataclasses
+
+    n = 8
+    freqs = position_scan.signed_frequencies(n)
+    g = np.zeros((1, 1, 2, n))
+    g[..., freqs == 3] = 1.0
+    g[..., freqs == -3] = 1.0 + 1e-12  # round-off prefers -3
+    eigenvalues = np.array([[[-1.0 + 0j, np.exp(-2j)]]])
+    fields = {f.name: None for f in dataclasses.fields(position_scan.ScanResult)}
+    result = position_scan.ScanResult(**fields | {"g_q": g, "eigenvalues": eigenvalues})
+    table = position_scan.shifts_table(result)
+    assert table.frequency.tolist() == [3, -3]
+    assert table.delta.iloc[0] == pytest.approx(n * np.pi / (2 * np.pi * 3))

@@ -229,9 +229,12 @@ def shifts_table(result: ScanResult) -> pd.DataFrame:
     L, H, r, n = result.g_q.shape
     freqs = signed_frequencies(n)
     g = result.g_q[..., 1:]  # drop f = 0 (FFT order puts it first)
-    best = g.argmax(axis=-1)
-    frequency = freqs[1:][best]
     theta = np.angle(result.eigenvalues)
+    # A real eigenvalue (theta 0 or pi) has a real eigen-wave, whose |DFT| is the same at f and
+    # -f: only f > 0 is searched, so round-off cannot pick the sign of f and Delta.
+    real = np.isin(theta, (0.0, np.pi, -np.pi))[..., None] & (freqs[1:] < 0)
+    best = np.where(real, -np.inf, g).argmax(axis=-1)
+    frequency = freqs[1:][best]
     table = index_grid(layer=L, head=H, index=r)
     table["theta"] = theta.reshape(-1)
     table["modulus"] = np.abs(result.eigenvalues).reshape(-1)
