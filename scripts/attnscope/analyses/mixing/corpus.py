@@ -103,7 +103,7 @@ def layer_scope_maps(
         maps[stage.scope] = stage.parts.norm(dim=-1)
         if on_stage is not None:
             on_stage(stage)
-    keep = visible_pairs(mask, layer.causal) & mask.bool()[:, :, None]
+    keep = visible_pairs(mask, layer.causal)  # padding rows and keys are invisible too
     return {scope: maps[scope] * keep for scope in SCOPES}
 
 

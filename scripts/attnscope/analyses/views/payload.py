@@ -27,7 +27,12 @@ import torch
 from attnscope.analyses.mixing.corpus import ResidualLog, layer_scope_maps
 from attnscope.analyses.mixing.layer_decomposition import VECTOR_SCOPES
 from attnscope.analyses.norms.summed_norms import head_summed_norms
-from attnscope.core.attention import attention_probs, queries_keys, value_vectors
+from attnscope.core.attention import (
+    additive_mask,
+    attention_probs,
+    queries_keys,
+    value_vectors,
+)
 from attnscope.core.canonical import CanonicalModel
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CATEGORY_NAMES, SEP
@@ -123,7 +128,8 @@ def sequence_page(
             q, k = queries_keys(X, layer)
             fx = value_vectors(X, layer)
             alpha = attention_probs(X, mask, layer)
-            alpha_error = max(alpha_error, float((page_alpha(q, k, layer) - alpha).abs().max()))
+            approx = page_alpha(q, k, mask, layer)
+            alpha_error = max(alpha_error, float((approx - alpha).abs().max()))
             if scopes:
                 X_next = None
                 if exact:
@@ -144,12 +150,8 @@ def sequence_page(
     return page
 
 
-def page_alpha(q: torch.Tensor, k: torch.Tensor, layer) -> torch.Tensor:
-    """alpha as the page computes it: from float16-rounded q and k, in float32.  [1, H, n, n]"""
+def page_alpha(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, layer) -> torch.Tensor:
+    """alpha as the page computes it: from float16-rounded q and k, in float32.  [B, H, n, n]"""
     q16, k16 = q.half().float(), k.half().float()
     scores = torch.einsum("bhie,bhje->bhij", q16, k16) * layer.scale
-    if layer.causal:
-        n = q.shape[-2]
-        hidden = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
-        scores = scores.masked_fill(hidden, float("-inf"))
-    return torch.softmax(scores, dim=-1)
+    return torch.softmax(scores + additive_mask(mask, layer.causal, scores.dtype), dim=-1)
