@@ -77,6 +77,35 @@ def test_every_stage_rebuilds_the_real_outputs(tmp_path, family, ig_steps):
             assert tuple(seen) == VECTOR_SCOPES
 
 
+def test_head_factors_rebuild_the_parts_and_the_ff_split(tmp_path, family):
+    """The AttnResLn stage's factored form gives its parts exactly (times the identity), z_ij W
+    for query chunks at any offset (the residual on the diagonal), and the same FF split as
+    the parts themselves, for every family (padding and causal masks included)."""
+    from attnscope.analyses.mixing.layer_decomposition import feed_forward_parts
+
+    path, model = write_tiny_store(tmp_path, family)
+    weights = canonical_weights(model)
+    with HiddenStates(path) as store:
+        X = torch.from_numpy(store.hidden(1))
+        mask = torch.from_numpy(store.attention_mask.astype(np.int64))
+    layer = weights.layers[1]
+    closing = closing_layer_norm(weights.layers, weights.final_ln, 1)
+    with torch.no_grad():
+        stage = next(s for s in layer_stages(X, mask, layer, closing) if s.scope == "AttnResLn")
+        parts, factors = stage.parts, stage.factors
+        n, d = parts.shape[2], parts.shape[3]
+        identity = factors.times(torch.eye(d, dtype=parts.dtype))
+        assert torch.allclose(identity(0, n).transpose(1, 2), parts, atol=1e-5, rtol=1e-5)
+        into_ff = factors.times(layer.W_in)
+        for i0, i1 in [(0, 1), (1, 4), (3, n)]:
+            want = parts[:, i0:i1].transpose(1, 2) @ layer.W_in
+            assert torch.allclose(into_ff(i0, i1), want, atol=1e-5, rtol=1e-4), (family, i0)
+        plain = feed_forward_parts(parts, stage.bias, layer, 3)
+        factored = feed_forward_parts(parts, stage.bias, layer, 3, factors)
+        for a, b in zip(plain, factored, strict=True):
+            assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), family
+
+
 def activation_of(name: str):
     from transformers.activations import ACT2FN
 

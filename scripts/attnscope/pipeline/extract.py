@@ -23,6 +23,7 @@ from attnscope.core.store import TOKEN_ARRAYS, atomic_h5, batch_spans, open_stor
 from attnscope.data.datasets import sha256_of
 
 PACKAGES = ("torch", "transformers", "numpy", "h5py")
+CHUNK_POSITIONS = 32  # positions per HDF5 chunk of a hidden state
 
 
 @contextmanager
@@ -108,7 +109,11 @@ def extract(
         lengths = arrays["attention_mask"].sum(axis=1)
         d = model.config.hidden_size
         n_states = model.config.num_hidden_layers + 1
-        chunk = (min(batch_size, n_seq), length, d)
+        # Chunks of one sequence by CHUNK_POSITIONS positions: a write touches only the chunks
+        # of each batch's real length (padding beyond it is never written or stored), and a
+        # chunk stays well inside HDF5's 1 MiB chunk cache (chunks spanning a whole batch made
+        # every write several times slower; benchmarks/bench_extract.py).
+        chunk = (1, min(length, CHUNK_POSITIONS), d)
         hidden = [
             out.create_dataset(
                 f"hidden/{l}", shape=(n_seq, length, d), dtype=storage, chunks=chunk, fillvalue=0
@@ -127,7 +132,10 @@ def extract(
                 # Only the first n positions are written: the rest of the batch is padding,
                 # which the dataset's fill value (0) already holds.
                 writer.put(
-                    start, stop, n, [s.float().cpu().numpy().astype(storage) for s in states]
+                    start,
+                    stop,
+                    n,
+                    [s.float().cpu().numpy().astype(storage, copy=False) for s in states],
                 )
                 progress.update(stop - start)
         progress.close()

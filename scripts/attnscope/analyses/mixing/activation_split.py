@@ -19,7 +19,8 @@ from collections.abc import Callable
 import torch
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
-STEP_ELEMENTS = 2**24  # path points x elements differentiated in one autograd call
+STEP_ELEMENTS = 2**18  # path points x elements differentiated in one autograd call (1 MiB:
+# cache-sized groups ran 2-4x faster than 64 MiB ones)
 
 
 def derivative(activation: Activation, U: torch.Tensor) -> torch.Tensor:

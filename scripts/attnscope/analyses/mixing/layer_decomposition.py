@@ -29,13 +29,21 @@ pre-LN (GPT-2): LN1 -> Attn -> +Res -> LN2 -> FF -> +Res, then the next LayerNor
     AttnResLnFfResLn  the LayerNorm that reads X_{l+1} next (LN1 of layer l + 1, ln_f after
                       the last layer): what the next block actually sees
 
+Cost: the FF stage dominates. Its pre-activation parts z_ij W_in are not formed as n^2
+products with the [d, d_ff] matrix W_in: the AttnResLn parts are LayerNorm-scaled sums of H
+head vectors and the residual, z_ij = gamma * C(sum_h alpha^h_ij f^h(x_j) + [i = j] x_i) / s_i
+(C subtracts the mean over d), so W_in is applied to the H n head vectors once and the parts
+are mixed from them (`HeadFactors`): n^2 H d_ff instead of n^2 d d_ff multiply-adds. What
+remains is the product of every part with W_out, n^2 d_ff d, which no factorisation avoids:
+each part's FF vector depends on its own query's IG coefficients.
+
 Memory: at most three [B, n, n, d] tensors at once; the FF is applied to a chunk of queries at
-a time, so the [B, chunk, n, d_ff] pre-activation parts stay under `FF_CHUNK_ELEMENTS`.
+a time, so the [B, n, chunk, d_ff] pre-activation parts stay under `FF_CHUNK_ELEMENTS`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -54,16 +62,19 @@ VECTOR_SCOPES = (
 )
 WEIGHT_SCOPES = ("Attn-w", "AttnRes-w")
 SCOPES = ("Attn-w", "Attn", "AttnRes-w", "AttnRes", *VECTOR_SCOPES[2:])
-FF_CHUNK_ELEMENTS = 2**24  # [B, chunk, n, d_ff] float32 pre-activation parts: <= 64 MiB
+FF_CHUNK_ELEMENTS = 2**22  # [B, n, chunk, d_ff] float32 pre-activation parts: <= 16 MiB (faster
+# than 64 MiB chunks at BERT-base shapes: benchmarks/bench_mixing.py)
 
 
 @dataclass
 class Stage:
-    """One scope of a layer: parts z [B, n, n, d] (query i, key j) and bias [B, n, d]."""
+    """One scope of a layer: parts z [B, n, n, d] (query i, key j) and bias [B, n, d];
+    `factors`: the same parts in factored form, where a stage has one (AttnResLn)."""
 
     scope: str
     parts: torch.Tensor
     bias: torch.Tensor
+    factors: HeadFactors | None = None
 
     def total(self) -> torch.Tensor:
         """sum_j z_ij + bias_i: the module output this stage rebuilds.  [B, n, d]"""
@@ -88,22 +99,70 @@ def add_residual(parts: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
     return parts
 
 
+def centred(v: torch.Tensor) -> torch.Tensor:
+    """v minus its mean over the last axis."""
+    return v - v.mean(-1, keepdim=True)
+
+
+def layer_norm_scale(total: torch.Tensor, ln: CanonicalLayerNorm) -> torch.Tensor:
+    """s = sqrt(biased variance over d + eps) per token.  total [B, n, d] -> s [B, n, 1]"""
+    return torch.sqrt(total.var(-1, unbiased=False, keepdim=True) + ln.eps)
+
+
 def layer_norm_parts(parts: torch.Tensor, bias: torch.Tensor, ln: CanonicalLayerNorm):
     """LN(sum_j z_j + b) = sum_j gamma (z_j - mean z_j) / s + [gamma (b - mean b) / s + beta],
     s = sqrt(biased variance of the whole sum + eps), one s per token.
 
     parts [B, n, n, d], bias [B, n, d] -> (parts, bias) of the same shapes.
     """
-    total = parts.sum(2) + bias
-    s = torch.sqrt(total.var(-1, unbiased=False, keepdim=True) + ln.eps)  # [B, n, 1]
-    centred = parts - parts.mean(-1, keepdim=True)
-    new_parts = centred.mul_(ln.gamma).div_(s[:, :, None])
-    new_bias = ln.gamma * (bias - bias.mean(-1, keepdim=True)) / s + ln.beta
+    s = layer_norm_scale(parts.sum(2) + bias, ln)  # [B, n, 1]
+    new_parts = centred(parts).mul_(ln.gamma).div_(s[:, :, None])
+    new_bias = ln.gamma * centred(bias) / s + ln.beta
     return new_parts, new_bias
 
 
+@dataclass
+class HeadFactors:
+    """LayerNorm-scaled parts in factored form (the AttnResLn stage):
+
+        z_ij = gamma * C(sum_h alpha^h_ij f^h_j + [i = j] x_i) / s_i,   C(v) = v - mean_d(v)
+
+    alpha [B, H, n, n], fx = f^h(x_j) [B, H, n, d], X = x_i [B, n, d] (the residual),
+    gamma [d], s [B, n, 1] (the LayerNorm's scale from the whole sum).
+    """
+
+    alpha: torch.Tensor
+    fx: torch.Tensor
+    X: torch.Tensor
+    gamma: torch.Tensor
+    s: torch.Tensor
+
+    def times(self, W: torch.Tensor) -> Callable[[int, int], torch.Tensor]:
+        """z_ij W for a chunk of queries, mixed from the head vectors: (i0, i1) ->
+        [B, n (key j), i1 - i0 (query i), d_out]. W [d, d_out] is applied once, to the
+        H n head vectors and n residual vectors, not to the n^2 parts."""
+        W_gamma = self.gamma[:, None] * W
+        heads = centred(self.fx) @ W_gamma  # [B, H, n, d_out]
+        heads = heads.transpose(1, 2)  # [B, n (j), H, d_out]
+        residual = centred(self.X) @ W_gamma  # [B, n, d_out]
+
+        def chunk(i0: int, i1: int) -> torch.Tensor:
+            scale = 1 / self.s[:, i0:i1]  # [B, c, 1]
+            weights = (self.alpha[:, :, i0:i1] * scale[:, None]).permute(0, 3, 2, 1)
+            u = weights @ heads  # [B, n (j), c (i), H] @ [B, n, H, d_out]
+            own = u.diagonal(offset=-i0, dim1=1, dim2=2)  # (j = i) entries, [B, d_out, c]
+            own.add_((residual[:, i0:i1] * scale).transpose(1, 2))
+            return u
+
+        return chunk
+
+
 def feed_forward_parts(
-    parts: torch.Tensor, bias: torch.Tensor, layer: CanonicalLayer, ig_steps: int
+    parts: torch.Tensor,
+    bias: torch.Tensor,
+    layer: CanonicalLayer,
+    ig_steps: int,
+    factors: HeadFactors | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The FF block applied to the parts, the activation split by IG (zero baseline).
 
@@ -111,6 +170,8 @@ def feed_forward_parts(
     per query token, shared by every key j). Part j -> (z_ij W_in * c_i) W_out; bias ->
     ((bias_i W_in + b_in) * c_i) W_out + b_out. Returns (parts [B, n, n, d], bias [B, n, d],
     the real FF output g(U) W_out + b_out [B, n, d] for the completeness check).
+    `factors`: the same parts in factored form, which makes z_ij W_in n/H times cheaper
+    (module docstring); without them z_ij W_in is computed from `parts`.
     Queries are processed in chunks: no [B, n, n, d_ff] tensor.
     """
     B, n, _, _ = parts.shape
@@ -118,12 +179,19 @@ def feed_forward_parts(
     bias_in = bias @ layer.W_in + layer.b_in  # [B, n, d_ff]
     U = parts.sum(2) @ layer.W_in + bias_in
     c = ig_coefficients(layer.activation, U, ig_steps)  # [B, n, d_ff]
+    if factors is None:
+
+        def pre_activation(i0: int, i1: int) -> torch.Tensor:
+            return parts[:, i0:i1].transpose(1, 2) @ layer.W_in
+
+    else:
+        pre_activation = factors.times(layer.W_in)
     out = torch.empty_like(parts)
     chunk = max(1, FF_CHUNK_ELEMENTS // max(1, B * n * d_ff))
     for i0 in range(0, n, chunk):
         i1 = min(n, i0 + chunk)
-        u = parts[:, i0:i1] @ layer.W_in  # [B, c, n, d_ff]
-        out[:, i0:i1] = (u * c[:, i0:i1, None, :]) @ layer.W_out
+        u = pre_activation(i0, i1).mul_(c[:, None, i0:i1])  # [B, n (j), c (i), d_ff]
+        out[:, i0:i1] = (u @ layer.W_out).transpose(1, 2)
     new_bias = (bias_in * c) @ layer.W_out + layer.b_out
     real = layer.activation(U) @ layer.W_out + layer.b_out
     return out, new_bias, real
@@ -146,20 +214,21 @@ def layer_stages(
     FF output g(U) W_out + b_out.
     """
     alpha = attention_probs(X, mask, layer)
-    parts = attention_parts(alpha, value_vectors(X, layer))
-    del alpha
+    fx = value_vectors(X, layer)
+    parts = attention_parts(alpha, fx)
     bias = layer.b_O.expand_as(X).clone()
     yield Stage("Attn", parts, bias)
     parts = add_residual(parts, X)
     yield Stage("AttnRes", parts, bias)
-    if layer.pre_ln:
+    ln = layer.ln_ff if layer.pre_ln else layer.ln_attn
+    factors = HeadFactors(alpha, fx, X, ln.gamma, layer_norm_scale(parts.sum(2) + bias, ln))
+    residual_parts, residual_bias = parts, bias  # pre-LN: the residual around FF is AttnRes
+    parts, bias = layer_norm_parts(parts, bias, ln)
+    if not layer.pre_ln:  # post-LN: it is AttnResLn
         residual_parts, residual_bias = parts, bias
-        parts, bias = layer_norm_parts(parts, bias, layer.ln_ff)
-    else:
-        parts, bias = layer_norm_parts(parts, bias, layer.ln_attn)
-        residual_parts, residual_bias = parts, bias
-    yield Stage("AttnResLn", parts, bias)
-    ff_parts, ff_bias, ff_real = feed_forward_parts(parts, bias, layer, ig_steps)
+    yield Stage("AttnResLn", parts, bias, factors)
+    ff_parts, ff_bias, ff_real = feed_forward_parts(parts, bias, layer, ig_steps, factors)
+    del factors, alpha, fx
     if completeness is not None:
         completeness["ff_real"] = ff_real
     del parts
