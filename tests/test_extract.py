@@ -52,6 +52,29 @@ def test_float16_storage(tmp_path):
         assert f.attrs["dtype"] == "float16"
 
 
+def test_padding_past_a_batchs_real_length_is_neither_written_nor_stored(tmp_path):
+    """Eight 10-piece sequences and one of 64: chunks hold one sequence by about its median
+    length, so the short ones store one chunk each, padding reads 0, and the file holds about
+    a third of the padded [9, 64, d] array per state."""
+    model = tiny_model("bert")
+    encoded = write_tiny_encoded(tmp_path / "enc.h5", "bert", batch=9, length=64)
+    with h5py.File(encoded, "a") as f:
+        for name in ("input_ids", "attention_mask", "token_type_ids"):
+            values = f[name][()]
+            values[:8, 10:] = 0
+            f[name][...] = values
+        f["attention_mask"][8] = 1
+    out = tmp_path / "hs.h5"
+    extract(model, encoded, out, batch_size=4, device="cpu")
+    with h5py.File(out, "r") as f:
+        state = f["hidden/2"]
+        n_seq, length, d = state.shape
+        assert state.chunks == (1, 16, d)
+        assert state.id.get_storage_size() <= (8 * 16 + 64) * d * 4
+        assert np.abs(state[:8, 10:]).max() == 0
+        assert (np.abs(state[:8, :10]).sum(-1) > 0).all()
+
+
 def test_failed_extraction_leaves_no_file(tmp_path):
     model = tiny_model("bert")
     encoded = write_tiny_encoded(tmp_path / "enc.h5", "bert")

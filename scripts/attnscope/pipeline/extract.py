@@ -23,7 +23,16 @@ from attnscope.core.store import TOKEN_ARRAYS, atomic_h5, batch_spans, open_stor
 from attnscope.data.datasets import sha256_of
 
 PACKAGES = ("torch", "transformers", "numpy", "h5py")
-CHUNK_POSITIONS = 32  # positions per HDF5 chunk of a hidden state
+
+
+def chunk_positions(lengths: np.ndarray, length: int, multiple: int = 16) -> int:
+    """Positions per HDF5 chunk of a hidden state: the median real length, rounded up to a
+    multiple of 16. A chunk holds one sequence (chunks spanning a whole batch overflowed HDF5's
+    1 MiB chunk cache and made writes several times slower), a typical sequence is one chunk,
+    and a corpus of short sentences does not store the padding up to its longest one (chunks
+    past a batch's real length are never written). benchmarks/bench_extract.py measures it."""
+    typical = int(np.median(lengths)) if len(lengths) else length
+    return max(1, min(length, -(-typical // multiple) * multiple))
 
 
 @contextmanager
@@ -109,11 +118,7 @@ def extract(
         lengths = arrays["attention_mask"].sum(axis=1)
         d = model.config.hidden_size
         n_states = model.config.num_hidden_layers + 1
-        # Chunks of one sequence by CHUNK_POSITIONS positions: a write touches only the chunks
-        # of each batch's real length (padding beyond it is never written or stored), and a
-        # chunk stays well inside HDF5's 1 MiB chunk cache (chunks spanning a whole batch made
-        # every write several times slower; benchmarks/bench_extract.py).
-        chunk = (1, min(length, CHUNK_POSITIONS), d)
+        chunk = (1, chunk_positions(lengths, length), d)
         hidden = [
             out.create_dataset(
                 f"hidden/{l}", shape=(n_seq, length, d), dtype=storage, chunks=chunk, fillvalue=0
