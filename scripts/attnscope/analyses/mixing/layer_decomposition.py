@@ -109,13 +109,20 @@ def layer_norm_scale(total: torch.Tensor, ln: CanonicalLayerNorm) -> torch.Tenso
     return torch.sqrt(total.var(-1, unbiased=False, keepdim=True) + ln.eps)
 
 
-def layer_norm_parts(parts: torch.Tensor, bias: torch.Tensor, ln: CanonicalLayerNorm):
+def layer_norm_parts(
+    parts: torch.Tensor,
+    bias: torch.Tensor,
+    ln: CanonicalLayerNorm,
+    s: torch.Tensor | None = None,
+):
     """LN(sum_j z_j + b) = sum_j gamma (z_j - mean z_j) / s + [gamma (b - mean b) / s + beta],
     s = sqrt(biased variance of the whole sum + eps), one s per token.
 
-    parts [B, n, n, d], bias [B, n, d] -> (parts, bias) of the same shapes.
+    parts [B, n, n, d], bias [B, n, d] -> (parts, bias) of the same shapes. `s` [B, n, 1]: the
+    scale when the caller has it already (`layer_norm_scale`); computed here otherwise.
     """
-    s = layer_norm_scale(parts.sum(2) + bias, ln)  # [B, n, 1]
+    if s is None:
+        s = layer_norm_scale(parts.sum(2) + bias, ln)
     new_parts = centred(parts).mul_(ln.gamma).div_(s[:, :, None])
     new_bias = ln.gamma * centred(bias) / s + ln.beta
     return new_parts, new_bias
@@ -221,9 +228,10 @@ def layer_stages(
     parts = add_residual(parts, X)
     yield Stage("AttnRes", parts, bias)
     ln = layer.ln_ff if layer.pre_ln else layer.ln_attn
-    factors = HeadFactors(alpha, fx, X, ln.gamma, layer_norm_scale(parts.sum(2) + bias, ln))
+    scale = layer_norm_scale(parts.sum(2) + bias, ln)
+    factors = HeadFactors(alpha, fx, X, ln.gamma, scale)
     residual_parts, residual_bias = parts, bias  # pre-LN: the residual around FF is AttnRes
-    parts, bias = layer_norm_parts(parts, bias, ln)
+    parts, bias = layer_norm_parts(parts, bias, ln, scale)
     if not layer.pre_ln:  # post-LN: it is AttnResLn
         residual_parts, residual_bias = parts, bias
     yield Stage("AttnResLn", parts, bias, factors)
