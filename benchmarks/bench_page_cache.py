@@ -3,8 +3,8 @@
 Writes `--gb` GB (default 1.36, the float32 states of 992 wiki sequences with MiniLM) to a new
 file with plain `write` calls and deletes it, several times: right after the previous write, then
 after `--idle` seconds of sleep. On a virtual machine that hands freed memory back to its host,
-the writes after a pause are several times slower; bench_extract.py's bare forward between two
-extractions is such a pause. No HDF5, no model: the cost of the bytes alone.
+the writes after a pause are several times slower; the plain forward loops that bench_extract.py
+runs between two extractions are such a pause. No HDF5, no model: the cost of the bytes alone.
 
 Run: .venv/bin/python benchmarks/bench_page_cache.py [--gb 1.36] [--idle 10 30] [--dir /tmp]
 """

@@ -1,5 +1,7 @@
 """Extraction stores every layer's state exactly, streams, and never leaves half a file."""
 
+import threading
+
 import h5py
 import numpy as np
 import pytest
@@ -8,7 +10,7 @@ import torch
 from attnscope.architectures import canonical_weights
 from attnscope.core.attention import layer_forward
 from attnscope.core.store import HiddenStates
-from attnscope.pipeline.extract import extract
+from attnscope.pipeline.extract import BackgroundWriter, extract
 from conftest import tiny_model, write_tiny_encoded, write_tiny_store
 
 
@@ -86,6 +88,29 @@ def test_failed_extraction_leaves_no_file(tmp_path):
     with pytest.raises(IndexError):
         extract(model, encoded, out, batch_size=1, device="cpu")
     assert list(tmp_path.glob("hs.h5*")) == []
+
+
+def test_a_write_refused_in_the_writer_thread_reaches_the_caller(tmp_path):
+    """HDF5 refuses the thread's writes (the file is open read-only): the caller gets HDF5's
+    error, and no put() is left waiting for a slot that the failed thread never handed back."""
+    path = tmp_path / "states.h5"
+    with h5py.File(path, "w") as f:
+        f.create_dataset("hidden/0", shape=(8, 4, 3), dtype="f4")
+    errors = []
+
+    def extract_four_batches():
+        try:
+            with h5py.File(path, "r") as f, BackgroundWriter([f["hidden/0"]], 2) as writer:
+                for start in range(0, 8, 2):
+                    writer.put(start, start + 2, 4, [torch.ones(2, 4, 3)])
+        except Exception as error:
+            errors.append(error)
+
+    caller = threading.Thread(target=extract_four_batches)
+    caller.start()
+    caller.join(timeout=60)
+    assert not caller.is_alive(), "put() or close waits forever after the thread failed"
+    assert len(errors) == 1 and "write" in str(errors[0]).lower()
 
 
 @pytest.mark.parametrize("family", ["bert", "gpt2"])

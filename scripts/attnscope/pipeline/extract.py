@@ -54,39 +54,56 @@ def sdpa_attention(model):
 
 
 class BackgroundWriter:
-    """Write batches of states to the `hidden/{l}` datasets in a thread, so HDF5 writes overlap
-    the next batch's forward pass. The queue holds at most 2 batches (bounded memory); an
-    error in the thread is raised again in the caller."""
+    """Write batches of states to the `hidden/{l}` datasets [N, L, d] in a thread, so HDF5 writes
+    overlap the next batch's forward pass.
 
-    def __init__(self, datasets: list, depth: int = 2):
+    Each batch is copied into one of `slots` buffers allocated once (a slot holds one batch of
+    every layer) and the thread hands the slot back when it is written: memory is bounded and
+    reused, and the model's own tensors are freed as soon as they are copied, as in a bare
+    forward. Holding the model's tensors until written made the heap grow and shrink with every
+    batch (546k page faults for 496 wiki sequences; benchmarks/bench_extract.py). An error in
+    the thread is raised again in the caller.
+    """
+
+    def __init__(self, datasets: list, batch_size: int, slots: int = 2):
+        _, length, d = datasets[0].shape
         self.datasets = datasets
-        self.queue: queue.Queue = queue.Queue(maxsize=depth)
+        self.free: queue.Queue = queue.Queue()
+        for _ in range(slots):
+            self.free.put([np.empty(batch_size * length * d, dtype=s.dtype) for s in datasets])
+        self.work: queue.Queue = queue.Queue()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        while (item := self.queue.get()) is not None:
-            if self.error is not None:
-                continue  # drain after a failure
-            start, stop, n, states = item
+        while (item := self.work.get()) is not None:
+            start, stop, n, slot = item
             try:
-                for dataset, state in zip(self.datasets, states, strict=True):
-                    dataset[start:stop, :n] = state
+                if self.error is None:  # after a failure, only hand the slots back
+                    for dataset, buffer in zip(self.datasets, slot, strict=True):
+                        shape = (stop - start, n, dataset.shape[2])
+                        dataset[start:stop, :n] = buffer[: np.prod(shape)].reshape(shape)
             except BaseException as error:  # re-raised by put/close in the caller's thread
                 self.error = error
+            finally:
+                self.free.put(slot)
 
-    def put(self, start: int, stop: int, n: int, states: list[np.ndarray]) -> None:
-        """Queue states [B, n, d] per layer for sequences [start, stop)."""
+    def put(self, start: int, stop: int, n: int, states: list[torch.Tensor]) -> None:
+        """Queue states [B, n, d] per layer, on any device, for sequences [start, stop)."""
+        slot = self.free.get()
         if self.error is not None:
+            self.free.put(slot)
             raise self.error
-        self.queue.put((start, stop, n, states))
+        for buffer, state in zip(slot, states, strict=True):
+            torch.from_numpy(buffer[: state.numel()]).view(state.shape).copy_(state)
+        self.work.put((start, stop, n, slot))
 
     def __enter__(self):
         self.thread.start()
         return self
 
     def __exit__(self, kind, error, trace):
-        self.queue.put(None)
+        self.work.put(None)
         self.thread.join()
         if self.error is not None and kind is None:
             raise self.error
@@ -126,22 +143,17 @@ def extract(
             for l in range(n_states)
         ]
         progress = tqdm(total=n_seq, unit="seq", file=log, mininterval=5, desc="extract")
-        with sdpa_attention(model), BackgroundWriter(hidden) as writer:
+        with sdpa_attention(model), BackgroundWriter(hidden, batch_size) as writer:
             for start, stop, n in batch_spans(lengths, batch_size):
                 batch = {
                     key: torch.from_numpy(arrays[key][start:stop, :n].astype(np.int64)).to(device)
                     for key in ("input_ids", "attention_mask", "token_type_ids")
                 }
-                with torch.inference_mode():
-                    states = family.residual_states(model, family.model_inputs(model, **batch))
                 # Only the first n positions are written: the rest of the batch is padding,
                 # which the dataset's fill value (0) already holds.
-                writer.put(
-                    start,
-                    stop,
-                    n,
-                    [s.float().cpu().numpy().astype(storage, copy=False) for s in states],
-                )
+                with torch.inference_mode():
+                    inputs = family.model_inputs(model, **batch)
+                    writer.put(start, stop, n, family.residual_states(model, inputs))
                 progress.update(stop - start)
         progress.close()
         out.attrs.update(attrs or {})
