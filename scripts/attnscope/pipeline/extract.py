@@ -60,9 +60,8 @@ class BackgroundWriter:
     Each batch is copied into one of `slots` buffers allocated once (a slot holds one batch of
     every layer) and the thread hands the slot back when it is written: memory is bounded and
     reused, and the model's own tensors are freed as soon as they are copied, as in a bare
-    forward. Holding the model's tensors until written made the heap grow and shrink with every
-    batch (546k page faults for 496 wiki sequences; benchmarks/bench_extract.py). An error in
-    the thread is raised again in the caller.
+    forward (holding them until written made the heap grow and shrink with every batch). An
+    error in the thread is raised again in the caller.
     """
 
     def __init__(self, datasets: list, batch_size: int, slots: int = 2):
