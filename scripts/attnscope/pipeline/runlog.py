@@ -18,10 +18,9 @@ def keep_freed_memory(trim_bytes: int = 1 << 30, mmap_bytes: int = 32 << 20) -> 
     largest recently freed block is free, so a model that frees a batch's activations faults
     them in again, page by page, in the next batch: a plain `transformers` loop over 992 wiki
     sequences took 1.2-1.5M page faults and 7-9% longer than with freed memory kept
-    (benchmarks/bench_extract.py, routes plain and plain-kept). After
-    this, blocks below `mmap_bytes` (glibc's largest allowed) come from the heap, and the heap
-    shrinks only past `trim_bytes` free. Memory stays at the job's peak, which its `mem_mb`
-    already budgets for.
+    (benchmarks/bench_extract.py, routes plain and plain-kept). After this, blocks below
+    `mmap_bytes` (glibc's largest allowed) come from the heap, and the heap shrinks only past
+    `trim_bytes` free. Memory stays at the job's peak, which its `mem_mb` already budgets for.
     """
     try:
         mallopt = ctypes.CDLL(None).mallopt
