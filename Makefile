@@ -26,10 +26,10 @@ $(VENV)/.installed: $(ENVS) envs/citation.yaml tools/pins.py
 	touch $@
 
 run: venv
-	$(BIN)/snakemake --cores $(CORES) --profile profiles/default $(MIRROR_CONFIG) $(SNAKEMAKE_ARGS)
+	$(BIN)/snakemake --cores $(CORES) --profile profiles/local $(MIRROR_CONFIG) $(SNAKEMAKE_ARGS)
 
 report: venv
-	$(BIN)/snakemake --profile profiles/default $(MIRROR_CONFIG) $(SNAKEMAKE_ARGS) --report results/report.zip
+	$(BIN)/snakemake --profile profiles/local $(MIRROR_CONFIG) $(SNAKEMAKE_ARGS) --report results/report.zip
 
 lint: venv
 	$(BIN)/ruff check scripts tests tools benchmarks

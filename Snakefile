@@ -1,3 +1,4 @@
+import sys
 from pathlib import Path
 
 from snakemake.utils import min_version, validate
@@ -9,12 +10,14 @@ min_version("9.0")
 configfile: str(Path(workflow.basedir) / "config" / "config.yaml")
 
 
-# Models and corpora given with --configfile or --config replace the built-in ones instead of
-# being merged with them: a config that names only your model runs only your model. Every
-# other key overrides the built-in value and keeps the rest.
-for key in ("models", "corpora"):
-    if key in workflow.config_settings.overwrite_config:
-        config[key] = workflow.config_settings.overwrite_config[key]
+# Blocks that a --configfile or --config replaces instead of merging into the built-in ones
+# (models, corpora, the views' sequences): a config that names only your model runs only your
+# model, and `sequences: {}` means no built-in sequence. Every other key overrides the built-in
+# value and keeps the rest.
+sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
+from attnscope.pipeline.user_config import replace_user_blocks  # noqa: E402
+
+replace_user_blocks(config, workflow.config_settings.overwrite_config)
 
 
 validate(config, "config/schema.yaml")
@@ -38,9 +41,31 @@ include: "rules/figures.smk"
 include: "rules/report.smk"
 
 
+# Acquisition reads the network or the mirror (compute nodes often have no internet); the
+# aggregates and records are bookkeeping: all run on the machine that runs Snakemake.
+localrules:
+    all,
+    acquire_model,
+    acquire_data,
+    software_versions,
+    config_snapshot,
+    weights,
+    norms,
+    position,
+    mixing,
+    probing,
+    views,
+
+
 onstart:
-    # Writers killed with kill -9 leave `<output>.partial` files; no writer runs now (Snakemake
-    # holds the directory lock), so they are stale.
+    # A local run that asks for CUDA where torch sees none stops before any job (a cluster's
+    # nodes are checked by the jobs themselves).
+    from attnscope.pipeline.models import check_local_device
+
+    if workflow.local_exec:
+        check_local_device(config["device"])
+    # Writers killed with kill -9 leave `<output>.partial` files; only those whose lock no
+    # live writer holds (of this run or another in the same folder) are removed.
     from attnscope.core.files import remove_stale_partials
 
     for stale in remove_stale_partials("results"):

@@ -4,6 +4,8 @@
 
 
 rule acquire_model:
+    input:
+        model_source_files,
     output:
         "results/{model}/model/manifest.json",
     log:

@@ -1,12 +1,8 @@
 # Helpers shared by every .smk file: config checks, look-ups, input functions and targets.
 # All functions live here: `snakemake --lint` asks that files of rules hold no functions.
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
-
 from attnscope.data.datasets import files_for_kind  # noqa: E402
 from attnscope.pipeline.config_checks import check_config  # noqa: E402
+from attnscope.pipeline.models import local_model_files  # noqa: E402
 from attnscope.pipeline.outputs import families  # noqa: E402
 
 FAMILIES = families()
@@ -40,6 +36,13 @@ def corpus_settings(wildcards):
 def model_settings(wildcards):
     """The model block of the config, keys sorted."""
     return canonical(config["models"][wildcards.model])
+
+
+def model_source_files(wildcards):
+    """A local model's config, weights and tokenizer files: when one changes, everything
+    reruns from acquisition ([] for a hub model still to download)."""
+    spec = config["models"][wildcards.model]
+    return local_model_files(wildcards.model, spec, config["mirror"])
 
 
 def corpus_data_files(wildcards):

@@ -19,7 +19,6 @@ rule extract_hidden_states:
         slurm_partition=partition,
     params:
         batch_size=config["batch_size"],
-        device=config["device"],
         dtype=config["dtype"],
     script:
         "../scripts/extract_hidden_states.py"

@@ -17,8 +17,7 @@ rule mixing_compute:
     output:
         **{
             file.split(".")[0]: MIXING_OUT.table(file)
-            for file in MIXING_OUT.tables["corpus"]
-            if file.endswith(".tsv")
+            for file in ("mixing_ratio.tsv", "rsa.tsv", "decomposition_check.tsv")
         },
         maps=MIXING_OUT.table("maps.h5"),
     log:
@@ -32,13 +31,32 @@ rule mixing_compute:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        device=config["device"],
         batch_size=MIXING["batch_size"],
         ig_steps=MIXING["ig_steps"],
-        max_rel_residual=MIXING["max_rel_residual"],
         maps_dtype=MIXING["maps_dtype"],
+    script:
+        "../scripts/mixing_compute.py"
+
+
+# Presentation tables read back from maps.h5: their settings rerun only this step.
+rule mixing_tables:
+    input:
+        manifest=manifest,
+        encoded="results/{model}/{corpus}/encoded.h5",
+        maps=MIXING_OUT.table("maps.h5"),
+    output:
+        ff_pairs=MIXING_OUT.table("ff_pairs.tsv"),
+        example_maps=MIXING_OUT.table("example_maps.tsv"),
+    log:
+        "results/{model}/{corpus}/logs/mixing_tables.log",
+    benchmark:
+        "results/{model}/{corpus}/benchmarks/mixing_tables.tsv"
+    conda:
+        "../envs/model.yaml"
+    params:
+        batch_size=MIXING["batch_size"],
         example_sequence=MIXING["example_sequence"],
         example_tokens=MIXING["example_tokens"],
         ff_pairs_top_k=MIXING["ff_pairs_top_k"],
     script:
-        "../scripts/mixing_compute.py"
+        "../scripts/mixing_tables.py"

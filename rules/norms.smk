@@ -25,8 +25,6 @@ rule norms_affine:
     resources:
         gpu=gpu_count,
         slurm_partition=partition,
-    params:
-        device=config["device"],
     script:
         "../scripts/norms_affine.py"
 
@@ -53,13 +51,11 @@ rule norms_compute:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        device=config["device"],
         batch_size=config["batch_size"],
         seed=NORMS["seed"],
         spearman_sample_size=NORMS["spearman_sample_size"],
         sample_rate=NORMS["sample_rate"],
         scatter_max_points=NORMS["scatter_max_points"],
-        max_rel_residual=NORMS["max_rel_residual"],
         maps_dtype=NORMS["maps_dtype"],
     script:
         "../scripts/norms_compute.py"

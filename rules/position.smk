@@ -74,7 +74,6 @@ rule position_corpus:
         include_bias=POSITION["include_bias"],
         heads=POSITION["heads"],
         batch_size=config["batch_size"],
-        device=config["device"],
     script:
         "../scripts/position_corpus.py"
 

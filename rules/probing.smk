@@ -31,7 +31,6 @@ rule probing_syntax:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        device=config["device"],
         batch_size=config["batch_size"],
         sources=PROBING["sources"],
         word_mode=PROBING["word_mode"],
@@ -83,7 +82,6 @@ rule probing_coref:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        device=config["device"],
         batch_size=config["batch_size"],
         sources=PROBING["sources"],
         word_mode=PROBING["word_mode"],

@@ -33,12 +33,10 @@ rule views_pages:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        device=config["device"],
         sequences=view_sequences,
         max_pages=VIEWS["max_pages"],
         scopes=VIEWS["scopes"],
         ig_steps=VIEWS["ig_steps"],
         top_k=VIEWS["top_k"],
-        max_rel_residual=config["analyses"]["mixing"]["max_rel_residual"],
     script:
         "../scripts/views_pages.py"

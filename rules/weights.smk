@@ -28,7 +28,6 @@ rule weights_stats:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        device=config["device"],
         batch_size=config["batch_size"],
     script:
         "../scripts/weights_stats.py"
@@ -54,7 +53,6 @@ rule weights_distances:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        device=config["device"],
         batch_size=WEIGHTS["distance_batch_size"],
         n_sequences=WEIGHTS["distance_sequences"],
         seed=WEIGHTS["seed"],
@@ -86,7 +84,6 @@ rule weights_gradients:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        device=config["device"],
         batch_size=config["batch_size"],
         mask_rate=WEIGHTS["gradient_mask_rate"],
         n_sequences=WEIGHTS["gradient_sequences"],

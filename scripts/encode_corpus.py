@@ -4,12 +4,13 @@ from transformers import AutoTokenizer
 
 from attnscope.data.corpora import encode_corpus, write_encoded
 from attnscope.pipeline import runlog
-from attnscope.pipeline.models import read_manifest
+from attnscope.pipeline.models import check_model_unchanged, read_manifest
 
 log = runlog.start(snakemake)
 settings = dict(snakemake.params.settings)
 kind = settings["kind"]
 manifest = read_manifest(snakemake.input.manifest)
+check_model_unchanged(manifest, snakemake.input.manifest)
 tokenizer = AutoTokenizer.from_pretrained(manifest["path"])
 corpus = encode_corpus(kind, list(snakemake.input.data), tokenizer, settings)
 write_encoded(snakemake.output[0], corpus)

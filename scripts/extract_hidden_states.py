@@ -7,7 +7,7 @@ from attnscope.pipeline.extract import extract, manifest_attrs
 from attnscope.pipeline.models import open_model
 
 log = runlog.start(snakemake)
-loaded = open_model(snakemake.input.manifest, snakemake.params.device, log)
+loaded = open_model(snakemake.input.manifest, snakemake.config["device"], log)
 manifest, model, device = loaded.manifest, loaded.model, loaded.device
 summary = extract(
     model,

@@ -9,7 +9,12 @@ from attnscope.pipeline.models import open_model
 log = runlog.start(snakemake)
 params = snakemake.params
 output = snakemake.output
-loaded = open_model(snakemake.input.manifest, params.device, log)
+loaded = open_model(
+    snakemake.input.manifest,
+    snakemake.config["device"],
+    log,
+    hidden_states=snakemake.input.hidden_states,
+)
 model, weights, device = loaded.model, loaded.weights, loaded.device
 with HiddenStates(snakemake.input.hidden_states) as store, atomic_h5(output.maps) as maps:
     log.info("%d sequences of at most %d pieces", store.n_sequences, store.length)
@@ -22,7 +27,7 @@ with HiddenStates(snakemake.input.hidden_states) as store, atomic_h5(output.maps
         device=device,
         sample_size=params.spearman_sample_size,
         seed=params.seed,
-        max_rel_residual=params.max_rel_residual,
+        max_rel_residual=snakemake.config["analyses"]["norms"]["max_rel_residual"],  # a bound
         maps_dtype=params.maps_dtype,
         log=log,
     )

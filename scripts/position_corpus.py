@@ -11,7 +11,12 @@ from attnscope.pipeline.models import open_model
 log = runlog.start(snakemake)
 params = snakemake.params
 output = snakemake.output
-loaded = open_model(snakemake.input.manifest, params.device, log)
+loaded = open_model(
+    snakemake.input.manifest,
+    snakemake.config["device"],
+    log,
+    hidden_states=snakemake.input.hidden_states,
+)
 manifest, weights, device = loaded.manifest, loaded.weights, loaded.device
 with HiddenStates(snakemake.input.hidden_states) as store:
     log.info("%s: %d sequences on %s", manifest["name"], store.n_sequences, device)

@@ -12,7 +12,12 @@ from attnscope.pipeline.models import open_model
 log = runlog.start(snakemake)
 params = snakemake.params
 output = snakemake.output
-loaded = open_model(snakemake.input.manifest, params.device, log)
+loaded = open_model(
+    snakemake.input.manifest,
+    snakemake.config["device"],
+    log,
+    hidden_states=snakemake.input.hidden_states,
+)
 metas = read_meta(snakemake.input.encoded)
 mixing_path = snakemake.input.get("mixing")
 mixing = h5py.File(mixing_path, "r") if mixing_path else None

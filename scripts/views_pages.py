@@ -12,7 +12,12 @@ from attnscope.pipeline.models import open_model
 log = runlog.start(snakemake)
 params = snakemake.params
 model_name, corpus = snakemake.wildcards.model, snakemake.wildcards.corpus
-loaded = open_model(snakemake.input.manifest, params.device, log)
+loaded = open_model(
+    snakemake.input.manifest,
+    snakemake.config["device"],
+    log,
+    hidden_states=snakemake.input.hidden_states,
+)
 tokenizer = AutoTokenizer.from_pretrained(loaded.manifest["path"])
 with (
     HiddenStates(snakemake.input.hidden_states) as store,
@@ -38,7 +43,7 @@ with (
             scopes=params.scopes,
             ig_steps=params.ig_steps,
             top_k=params.top_k,
-            max_rel_residual=params.max_rel_residual,
+            max_rel_residual=snakemake.config["analyses"]["mixing"]["max_rel_residual"],  # a bound
             device=loaded.device,
             log=log,
         )

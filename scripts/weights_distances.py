@@ -12,7 +12,12 @@ from attnscope.pipeline.models import open_model
 log = runlog.start(snakemake)
 params = snakemake.params
 output = snakemake.output
-loaded = open_model(snakemake.input.manifest, params.device, log)
+loaded = open_model(
+    snakemake.input.manifest,
+    snakemake.config["device"],
+    log,
+    hidden_states=snakemake.input.hidden_states,
+)
 weights, device = loaded.weights, loaded.device
 L, H = weights.n_layers, weights.n_heads
 with HiddenStates(snakemake.input.hidden_states) as store:

@@ -5,12 +5,15 @@ from attnscope.architectures import load_model
 from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates
 from attnscope.pipeline import runlog
-from attnscope.pipeline.models import pick_device, read_manifest
+from attnscope.pipeline.extract import check_store_weights
+from attnscope.pipeline.models import check_model_unchanged, pick_device, read_manifest
 
 log = runlog.start(snakemake)
 params = snakemake.params
 manifest = read_manifest(snakemake.input.manifest)
-device = pick_device(params.device)
+check_model_unchanged(manifest, snakemake.input.manifest)
+check_store_weights(snakemake.input.hidden_states, manifest)
+device = pick_device(snakemake.config["device"])
 with HiddenStates(snakemake.input.hidden_states) as store:
     if not manifest["has_mlm_head"]:
         log.info("model %s has no masked-LM head: not applicable", manifest["name"])

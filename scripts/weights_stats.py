@@ -9,7 +9,12 @@ from attnscope.pipeline.models import open_model
 log = runlog.start(snakemake)
 params = snakemake.params
 output = snakemake.output
-loaded = open_model(snakemake.input.manifest, params.device, log)
+loaded = open_model(
+    snakemake.input.manifest,
+    snakemake.config["device"],
+    log,
+    hidden_states=snakemake.input.hidden_states,
+)
 weights, device = loaded.weights, loaded.device
 with HiddenStates(snakemake.input.hidden_states) as store:
     log.info("%d sequences of at most %d pieces", store.n_sequences, store.length)

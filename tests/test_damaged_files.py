@@ -35,32 +35,87 @@ def test_truncated_hidden_states_name_the_file_and_the_fix(tmp_path):
     assert "--forcerun extract_hidden_states" in str(caught.value)
 
 
-def test_writer_killed_with_sigkill_leaves_a_partial_that_the_next_start_removes(tmp_path):
-    out = tmp_path / "results" / "m" / "c" / "hidden_states.h5"
-    finished = tmp_path / "results" / "m" / "c" / "encoded.h5"
-    finished.parent.mkdir(parents=True)
-    finished.write_bytes(b"done")
+def start_writer(out: Path, folder: bool = False) -> subprocess.Popen:
+    """A process that writes `out` through atomic_path (or atomic_folder) and then sleeps
+    inside the block, its partial half-written, until killed."""
     writer = subprocess.Popen(
         [
             sys.executable,
             "-c",
             "import sys, time; sys.path.insert(0, sys.argv[1]);"
-            "from attnscope.core.files import atomic_path\n"
-            "with atomic_path(sys.argv[2]) as p:\n"
-            "    p.write_bytes(b'x' * 1000); print('writing', flush=True); time.sleep(60)",
+            "from attnscope.core.files import atomic_folder, atomic_path\n"
+            "with (atomic_folder if sys.argv[3] == 'folder' else atomic_path)(sys.argv[2]) as p:\n"
+            "    p.is_dir() or p.write_bytes(b'x' * 1000); print('writing', flush=True)\n"
+            "    time.sleep(float(sys.argv[4]))\n"
+            "print('done', flush=True)",
             str(SCRIPTS),
             str(out),
+            "folder" if folder else "file",
+            "60",
         ],
         stdout=subprocess.PIPE,
         text=True,
     )
     assert writer.stdout.readline().strip() == "writing"
+    return writer
+
+
+def test_writer_killed_with_sigkill_leaves_a_partial_that_the_next_start_removes(tmp_path):
+    out = tmp_path / "results" / "m" / "c" / "hidden_states.h5"
+    finished = tmp_path / "results" / "m" / "c" / "encoded.h5"
+    finished.parent.mkdir(parents=True)
+    finished.write_bytes(b"done")
+    writer = start_writer(out)
     writer.send_signal(signal.SIGKILL)
     writer.wait()
     partial = out.with_name(out.name + ".partial")
     assert partial.exists() and not out.exists()
     assert remove_stale_partials(tmp_path / "results") == [partial]
     assert not partial.exists() and finished.read_bytes() == b"done"
+    assert not list((tmp_path / "results").rglob("*.lock"))
+
+
+@pytest.mark.parametrize("folder", [False, True])
+def test_a_live_writers_partial_survives_the_sweep(tmp_path, folder):
+    """Another run's start-up sweep leaves work in progress alone (issue 19, item 3)."""
+    out = tmp_path / "results" / "m" / "c" / ("views" if folder else "maps.h5")
+    writer = start_writer(out, folder)
+    try:
+        partial = out.with_name(out.name + ".partial")
+        assert remove_stale_partials(tmp_path / "results") == []
+        assert partial.exists()
+    finally:
+        writer.kill()
+        writer.wait()
+    assert remove_stale_partials(tmp_path / "results") == [partial]
+
+
+def test_another_run_in_the_same_folder_leaves_a_live_partial(tmp_path):
+    """A second `snakemake` in the same folder (separate outputs) starts while a job of the
+    first writes maps.h5.partial: the partial is still there after the second run."""
+    out = tmp_path / "results" / "m" / "c" / "mixing" / "maps.h5"
+    writer = start_writer(out)
+    try:
+        done = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "snakemake"),
+                "--snakefile",
+                str(ROOT / "Snakefile"),
+                "--directory",
+                str(tmp_path),
+                "--cores",
+                "1",
+                "results/software/versions.tsv",
+            ],  # fmt: skip
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+        assert out.with_name("maps.h5.partial").exists()
+    finally:
+        writer.kill()
+        writer.wait()
 
 
 def test_snakefile_removes_stale_partials_when_the_workflow_starts():

@@ -224,19 +224,18 @@ def run_corpus(tmp_path, family):
             ig_steps=0,
             max_rel_residual=1e-4,
             maps_dtype="float32",
-            example_sequence=1,
-            example_tokens=5,
-            token_of=lambda t: f"t{t}",
         )
     return path, model, h5py.File(maps_path, "r"), result
 
 
 def test_corpus_tables_against_independent_recomputation(tmp_path, family):
-    """maps.h5, mixing_ratio, rsa and ff_pairs against numpy/scipy recomputations from the
-    `transformers` attention weights, the norms family's head-summed maps and maps.h5."""
+    """maps.h5, mixing_ratio, rsa and ff_pairs (read back from maps.h5) against numpy/scipy
+    recomputations from the `transformers` attention weights, the norms family's head-summed
+    maps and maps.h5."""
     from scipy.stats import spearmanr
 
     from attnscope.analyses.mixing.layer_decomposition import SCOPES
+    from attnscope.analyses.mixing.tables import example_maps_table, ff_pairs_table
     from attnscope.analyses.norms.summed_norms import head_summed_norms
     from attnscope.core.attention import value_vectors
 
@@ -285,7 +284,7 @@ def test_corpus_tables_against_independent_recomputation(tmp_path, family):
             if i != j:
                 key = (f"t{input_ids[b, j]}", f"t{input_ids[b, i]}")
                 pairs.setdefault(key, []).append(change[b, i, j])
-        table = result.ff_pairs.table(3, lambda t: f"t{t}")
+        table = ff_pairs_table(maps, input_ids, mask_np.astype(np.int8), 3, 3, lambda t: f"t{t}")
         for row in table[table["layer"] == l + 1].itertuples():
             values = pairs[(row.key_token, row.query_token)]
             assert row.count == len(values) >= 2
@@ -296,8 +295,13 @@ def test_corpus_tables_against_independent_recomputation(tmp_path, family):
     check = result.check
     assert set(check["stage"]) == {*SCOPES[1:2], *SCOPES[3:], "FfCompleteness"}
     assert (check["max_rel"] < 1e-5).all()
-    example = result.example
+    example = example_maps_table(maps, input_ids, mask_np, 1, 5, lambda t: f"t{t}")
     assert len(example) == len(SCOPES) * len(attentions) * 25
+    for row in example.sample(20, random_state=0).itertuples():
+        stored = maps[f"{row.scope}/{row.layer}"][1, row.query - 1, row.key - 1]
+        assert row.value == stored and row.query_token == f"t{input_ids[1, row.query - 1]}"
+    with pytest.raises(ValueError, match="example_sequence 9"):
+        example_maps_table(maps, input_ids, mask_np, 9, 5, str)
 
 
 def test_run_fails_when_the_ff_split_is_incomplete(tmp_path):
@@ -321,8 +325,5 @@ def test_run_fails_when_the_ff_split_is_incomplete(tmp_path):
                 ig_steps=1,
                 max_rel_residual=1e-4,
                 maps_dtype="float32",
-                example_sequence=0,
-                example_tokens=4,
-                token_of=str,
             )
     assert not maps_path.exists()

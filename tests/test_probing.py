@@ -411,6 +411,14 @@ def test_tables_match_transformers_attentions(tmp_path, family):
         assert coref.loc[coref_unseen, "status"].str.contains("causal").all()
     assert set(best["source"]) == set(sources)
     assert set(coref_best["method"]) == {"best head", "nearest candidate", "first candidate"}
+    # written as whole numbers (issue 19, item 16): "2", not "2.0"; baselines have none
+    written = coref_best.to_csv(sep="\t", index=False).splitlines()
+    cells = [line.split("\t") for line in written[1:]]
+    for method, layer, head in ((c[1], c[2], c[3]) for c in cells):
+        if method == "best head":
+            assert layer.isdigit() and head.isdigit(), written
+        else:
+            assert layer == head == "", written
 
 
 def test_probe_tables_and_figures_from_a_tiny_run(tmp_path):

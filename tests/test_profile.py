@@ -3,6 +3,7 @@ every other job runs on the CPU partition. Dry runs of the built-in workflow; no
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -14,10 +15,12 @@ import yaml
 ROOT = Path(__file__).parents[1]
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 
-# Rules whose script runs the model on the configured device (params.device); the others
+# Rules whose script runs the model on the configured device (config["device"]); the others
 # (position_embeddings, position_svd) read weights on the CPU.
 MODEL_RULES = {
-    path.stem for path in (ROOT / "scripts").glob("*.py") if "params.device" in path.read_text()
+    path.stem
+    for path in (ROOT / "scripts").glob("*.py")
+    if 'snakemake.config["device"]' in path.read_text()
 }
 
 
@@ -58,3 +61,31 @@ def test_model_rules_and_only_they_land_on_the_gpu_partition(tmp_path, device):
         expected = "gpu" if wants_gpu else "cpu"
         assert resources.get("slurm_partition") == expected, (rule, resources)
         assert int(resources["runtime"]) > 0 and int(resources["mem_mb"]) > 0, (rule, resources)
+
+
+def resolved_settings(monkeypatch, *args: str):
+    """The command-line settings Snakemake resolves from the given profile arguments, in the
+    repository (where a profiles/default folder would be applied as the workflow profile)."""
+    from snakemake.cli import parse_args
+
+    monkeypatch.chdir(ROOT)
+    return parse_args(["--snakefile", str(ROOT / "Snakefile"), *args])[1]
+
+
+def test_slurm_profile_alone_sets_the_cluster_run(monkeypatch, capsys):
+    """--profile profiles/slurm resolves to its own settings: no workflow profile is mixed in
+    key by key, no GPU limit holds GPU jobs to one at a time, no local core count caps rule
+    threads (issue 19, items 4 and 6)."""
+    args = resolved_settings(monkeypatch, "--profile", "profiles/slurm")
+    assert "workflow specific profile" not in capsys.readouterr().err
+    assert args.jobs == 50 and args.executor == "slurm"
+    assert not args.resources, args.resources  # no global gpu=1
+    assert args.cores is None
+    default = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
+    resources = [default["default-resources"], *default["set-resources"].values()]
+    assert not any("cpus_per_task" in r for r in resources)  # SLURM CPUs = the rule's threads
+
+
+def test_local_profile_holds_one_gpu_job_at_a_time(monkeypatch):
+    args = resolved_settings(monkeypatch, "--profile", "profiles/local")
+    assert args.resources["gpu"].value == 1 and args.cores == os.cpu_count()  # cores: all

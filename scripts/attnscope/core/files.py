@@ -1,18 +1,48 @@
 """Files written atomically and hashed: a reader never sees a half-written output.
 
 Every output goes to `<name>.partial` first and is renamed to `<name>` only when complete;
-a failed writer removes its partial file. A killed one (kill -9) cannot: the workflow removes
-such stale partial files when it starts (`remove_stale_partials`, called from Snakefile onstart).
+a failed writer removes its partial file. While it writes, the writer holds an exclusive lock
+(flock) on `<name>.partial.lock`. A killed one (kill -9) cannot clean up, but its lock dies
+with it: `remove_stale_partials` (called from the Snakefile's onstart) removes exactly the
+partials whose lock nobody holds, so a run never touches the work in progress of another run
+in the same folder (Snakemake's lock lets runs with separate outputs work side by side).
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+LOCK_SUFFIX = ".lock"
+
+
+def _lock_path(partial: Path) -> Path:
+    return partial.with_name(partial.name + LOCK_SUFFIX)
+
+
+@contextmanager
+def _owned(partial: Path) -> Iterator[None]:
+    """Hold the lock of `partial` while the block runs; remove the lock file afterwards."""
+    lock = _lock_path(partial)
+    while True:
+        handle = open(lock, "a")
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:  # a sweep may have removed the file between our open and our lock: lock anew
+            if os.stat(lock).st_ino == os.fstat(handle.fileno()).st_ino:
+                break
+        except FileNotFoundError:
+            pass
+        handle.close()
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)
+        handle.close()
 
 
 @contextmanager
@@ -21,11 +51,12 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
-    try:
-        yield partial
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
+    with _owned(partial):
+        try:
+            yield partial
+            os.replace(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)
 
 
 @contextmanager
@@ -33,15 +64,17 @@ def atomic_folder(path: str | Path) -> Iterator[Path]:
     """Yield the empty folder `path`.partial to fill; it replaces `path` (removed first) only
     on success, and is removed on failure."""
     path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    try:
-        yield partial
-        shutil.rmtree(path, ignore_errors=True)
-        os.replace(partial, path)
-    finally:
+    with _owned(partial):
         shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir(parents=True)
+        try:
+            yield partial
+            shutil.rmtree(path, ignore_errors=True)
+            os.replace(partial, path)
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
 
 
 def write_table(table, path: str | Path) -> None:
@@ -68,12 +101,22 @@ def sha256_of(path: str | Path) -> str:
 
 
 def remove_stale_partials(folder: str | Path) -> list[Path]:
-    """Delete every `*.partial` file under `folder` (left by writers that were killed) and
-    return them. Call only when no writer runs there (Snakemake holds its directory lock)."""
-    stale = sorted(Path(folder).rglob("*.partial")) if Path(folder).is_dir() else []
-    for path in stale:
-        if path.is_dir():
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            path.unlink(missing_ok=True)
+    """Delete every `*.partial` file or folder under `folder` whose writer is gone (no process
+    holds its lock: killed with kill -9, or the machine went down) and return them. Partials
+    of live writers, of this run or another one, are left alone."""
+    found = sorted(Path(folder).rglob("*.partial")) if Path(folder).is_dir() else []
+    stale = []
+    for partial in found:
+        lock = _lock_path(partial)
+        with open(lock, "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a live writer owns it
+            if partial.is_dir():
+                shutil.rmtree(partial, ignore_errors=True)
+            else:
+                partial.unlink(missing_ok=True)
+            lock.unlink(missing_ok=True)
+            stale.append(partial)
     return stale

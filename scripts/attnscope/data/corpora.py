@@ -75,6 +75,9 @@ GAP_COLUMNS = "ID Text Pronoun Pronoun-offset A A-offset A-coref B B-offset B-co
 log = logging.getLogger(__name__)
 
 
+MAX_UNKNOWN_SHARE = 0.5  # more unknown pieces than this: the tokenizer does not fit the text
+
+
 @dataclass
 class EncodedCorpus:
     """N sequences padded to L = the longest real length; arrays [N, L] as in core.store."""
@@ -177,6 +180,13 @@ def encode_corpus(kind: str, data_files: list[str], tokenizer, settings: dict) -
             f"corpus kind {kind!r} is empty: no sequence of at most {max_length} pieces "
             f"from {', '.join(inputs) or 'no files'}"
         )
+    share = unknown_share(sequences, tokenizer)
+    if share > MAX_UNKNOWN_SHARE:
+        raise ValueError(
+            f"corpus kind {kind!r}: {share:.0%} of its pieces are the unknown token "
+            f"{tokenizer.unk_token!r} of the tokenizer in {tokenizer.name_or_path}: the tokenizer "
+            "does not fit the text (a wrong or incomplete tokenizer folder?)"
+        )
     if settings["n_sequences"] and len(sequences) < settings["n_sequences"]:
         log.warning(
             "corpus %s: %d sequences, fewer than n_sequences %d",
@@ -185,6 +195,15 @@ def encode_corpus(kind: str, data_files: list[str], tokenizer, settings: dict) -
             settings["n_sequences"],
         )
     return _assemble(sequences, tokenizer, settings, kind, inputs, dropped)
+
+
+def unknown_share(sequences, tokenizer) -> float:
+    """Share of the unknown token among all pieces of `sequences` (0 without one)."""
+    unknown = tokenizer.unk_token_id
+    if unknown is None:
+        return 0.0
+    ids = np.concatenate([np.asarray(s.ids) for s in sequences])
+    return float(np.mean(ids == unknown))
 
 
 def _assemble(sequences, tokenizer, settings, kind, inputs, dropped) -> EncodedCorpus:

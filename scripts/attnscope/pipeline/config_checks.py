@@ -36,6 +36,13 @@ def check_config(config: dict, families: dict[str, Family]) -> None:
                     f"config: analyses.{name}.{key} names corpus {corpus!r}, which is not "
                     f"defined under corpora: (defined: {', '.join(corpora)})"
                 )
+        for key, kinds in family.corpus_kinds.items():
+            corpus = settings.get(key)
+            if corpus in corpora and corpora[corpus]["kind"] not in kinds:
+                raise ConfigError(
+                    f"config: analyses.{name}.{key} names corpus {corpus!r} of kind "
+                    f"{corpora[corpus]['kind']!r}; it must be of kind {' or '.join(kinds)}"
+                )
         for problem in family.problems(settings):
             raise ConfigError(f"config: analyses.{name}: {problem}")
     check_models(config)

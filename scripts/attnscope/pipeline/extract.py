@@ -174,3 +174,17 @@ def manifest_attrs(manifest: dict) -> dict:
         "model_type": manifest["model_type"],
         "weights_sha256": hashlib.sha256(weights.encode()).hexdigest(),
     }
+
+
+def check_store_weights(path: str | Path, manifest: dict) -> None:
+    """Raise ModelChangedError when the hidden states at `path` were made with other weights
+    than the manifest's (the model changed after extraction)."""
+    from attnscope.pipeline.models import ModelChangedError
+
+    with open_store(path) as store:
+        stored = store.attrs.get("weights_sha256")
+    if stored != manifest_attrs(manifest)["weights_sha256"]:
+        raise ModelChangedError(
+            f"{path} was made with other weights than model {manifest['name']!r} has now "
+            f"({manifest['path']}); `snakemake --forcerun extract_hidden_states` rebuilds them"
+        )

@@ -25,10 +25,25 @@ from attnscope.core.canonical import CanonicalModel
 from attnscope.core.files import sha256_of, write_text
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
+# Files a tokenizer is built from; a folder needs one of TOKENIZER_SETS complete.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.txt",
+    "vocab.json",
+    "merges.txt",
+)
+TOKENIZER_SETS = (("tokenizer.json",), ("vocab.txt",), ("vocab.json", "merges.txt"), ("*.model",))
 
 
 class ModelNotFoundError(FileNotFoundError):
     """A configured model cannot be found where its source says."""
+
+
+class ModelChangedError(RuntimeError):
+    """A model's files are no longer those its manifest (and the stored states) were made of."""
 
 
 def _package_folder(package: str) -> tuple[Path, str]:
@@ -79,7 +94,43 @@ def resolve_folder(name: str, spec: dict, mirror: str, resources: Path) -> tuple
         raise ValueError(f"model {name!r}: unknown source {source!r}")
     if not (folder / "config.json").is_file():
         raise ModelNotFoundError(f"model {name!r}: no config.json in {folder}")
+    if not any(all(list(folder.glob(f)) for f in files) for files in TOKENIZER_SETS):
+        raise ModelNotFoundError(
+            f"model {name!r}: {folder} has no tokenizer (tokenizer.json, vocab.txt, vocab.json "
+            "with merges.txt, or a SentencePiece *.model); save the model's tokenizer there "
+            "(tokenizer.save_pretrained)"
+        )
     return folder, model_id, revision
+
+
+def read_model_config(name: str, folder: Path) -> dict:
+    """config.json of a model folder as a dict; a file that is no JSON object is named."""
+    path = folder / "config.json"
+    try:
+        config = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise ModelNotFoundError(f"model {name!r}: {path} is not valid JSON ({error})") from error
+    if not isinstance(config, dict):
+        raise ModelNotFoundError(f"model {name!r}: {path} holds no JSON object")
+    return config
+
+
+def model_files(folder: Path) -> list[Path]:
+    """The files a model's results depend on: config.json, weights and tokenizer files."""
+    tokenizer = [folder / f for f in TOKENIZER_FILES] + sorted(folder.glob("*.model"))
+    weights = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES)
+    return [folder / "config.json", *weights, *(p for p in tokenizer if p.is_file())]
+
+
+def local_model_files(name: str, spec: dict, mirror: str = "") -> list[str]:
+    """model_files of a configured model that is on this machine ([] for a hub model still
+    to fetch): acquire_model's inputs, so that changed files rerun everything from acquisition."""
+    if spec["source"] == "hub" and not (
+        mirror and (Path(mirror) / "models" / spec["repo"]).is_dir()
+    ):
+        return []
+    folder, _, _ = resolve_folder(name, spec, mirror, Path("resources/models"))
+    return [str(p) for p in model_files(folder)]
 
 
 def local_model_config(name: str, spec: dict, mirror: str = "") -> dict | None:
@@ -89,7 +140,7 @@ def local_model_config(name: str, spec: dict, mirror: str = "") -> dict | None:
         if not (mirror and (Path(mirror) / "models" / spec["repo"]).is_dir()):
             return None
     folder, _, _ = resolve_folder(name, spec, mirror, Path("resources/models"))
-    return json.loads((folder / "config.json").read_text())
+    return read_model_config(name, folder)
 
 
 def build_manifest(name: str, spec: dict, mirror: str = "", resources: str = "resources/models"):
@@ -97,6 +148,7 @@ def build_manifest(name: str, spec: dict, mirror: str = "", resources: str = "re
     from transformers import AutoConfig
 
     folder, model_id, revision = resolve_folder(name, spec, mirror, Path(resources))
+    read_model_config(name, folder)
     config = AutoConfig.from_pretrained(folder)
     architecture(config.model_type, f"model {name!r} ({model_id})")
     weights = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES)
@@ -111,8 +163,47 @@ def build_manifest(name: str, spec: dict, mirror: str = "", resources: str = "re
         "model_type": config.model_type,
         "has_mlm_head": has_mlm_head(str(folder)),
         "weights_sha256": {p.name: sha256_of(p) for p in weights},
+        "files": {p.name: file_record(p) for p in model_files(folder)},
         "config": config.to_dict(),
     }
+
+
+def file_record(path: Path) -> dict:
+    """SHA-256, size and modification time (ns) of one model file."""
+    stat = path.stat()
+    return {"sha256": sha256_of(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+
+
+def changed_files(manifest: dict) -> list[str]:
+    """Names of the manifest's model files that are gone or hash differently now. A file whose
+    size and modification time are unchanged is not read again."""
+    folder = Path(manifest["path"])
+    if "files" not in manifest:  # a manifest written before files were recorded
+        return ["(no file records in the manifest)"]
+    changed = []
+    for name, record in manifest["files"].items():
+        path = folder / name
+        if not path.is_file():
+            changed.append(name)
+            continue
+        stat = path.stat()
+        if (stat.st_size, stat.st_mtime_ns) == (record["size"], record["mtime_ns"]):
+            continue
+        if sha256_of(path) != record["sha256"]:
+            changed.append(name)
+    return changed
+
+
+def check_model_unchanged(manifest: dict, manifest_path: str | Path) -> None:
+    """Raise ModelChangedError when a model file differs from the manifest."""
+    changed = changed_files(manifest)
+    if changed:
+        raise ModelChangedError(
+            f"model {manifest['name']!r}: {', '.join(changed)} in {manifest['path']} changed "
+            f"since {manifest_path} was written; rerun from acquisition (snakemake reruns "
+            "acquire_model and everything after it when it sees newer model files; otherwise "
+            f"`--forcerun acquire_model`)"
+        )
 
 
 def write_manifest(path: str | Path, manifest: dict) -> None:
@@ -133,6 +224,21 @@ class LoadedModel:
     weights: CanonicalModel
 
 
+def cuda_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def check_local_device(setting: str) -> None:
+    """Before any job of a local run: `device: cuda` needs a CUDA device torch can see."""
+    if setting == "cuda" and not cuda_visible():
+        raise RuntimeError(
+            "config: device is cuda, but torch sees no CUDA device on this machine; use "
+            "device: auto or cpu here, or run on GPU nodes (--profile profiles/slurm)"
+        )
+
+
 def pick_device(setting: str) -> str:
     """Resolve the `device` setting (auto/cpu/cuda) to a torch device string."""
     import torch
@@ -145,9 +251,23 @@ def pick_device(setting: str) -> str:
     return "cuda" if available else "cpu"
 
 
-def open_model(manifest_path: str | Path, device_setting: str = "cpu", log=None) -> LoadedModel:
-    """Load the model a manifest describes (eager attention, eval mode) on the resolved device."""
+def open_model(
+    manifest_path: str | Path,
+    device_setting: str = "cpu",
+    log=None,
+    hidden_states: str | Path | None = None,
+) -> LoadedModel:
+    """Load the model a manifest describes (eager attention, eval mode) on the resolved device.
+
+    Refuses (ModelChangedError) model files that differ from the manifest, and, given the
+    `hidden_states` store the job reads, states made with other weights than the manifest's.
+    """
+    from attnscope.pipeline.extract import check_store_weights
+
     manifest = read_manifest(manifest_path)
+    check_model_unchanged(manifest, manifest_path)
+    if hidden_states is not None:
+        check_store_weights(hidden_states, manifest)
     device = pick_device(device_setting)
     if log is not None:
         log.info("model %s on %s", manifest["name"], device)

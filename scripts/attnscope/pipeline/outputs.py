@@ -54,6 +54,8 @@ class Family:
               that corpus}; empty: every corpus table and figure for every corpus of
               `corpora:`/`corpus:` (a family reading two corpora for different analyses, e.g.
               probing's syntax_corpus and coref_corpus, names its roles here)
+    corpus_kinds  {setting key that names one corpus: the corpus kinds it may have} (probing's
+              syntax_corpus must be an ewt corpus), checked before any job
     folder    True: one job writes the family's whole corpus folder as a directory output
               (views: an index.html and one page per sequence, so the number of files may
               depend on the data); its declared tables are files inside it, and the targets
@@ -66,6 +68,7 @@ class Family:
     figures: tuple[Figure, ...] = ()
     problems: Callable[[dict], Iterable[str]] = lambda settings: ()
     corpus_roles: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    corpus_kinds: dict[str, tuple[str, ...]] = field(default_factory=dict)
     folder: bool = False
 
     def folder_path(self, scope: str = "corpus") -> str:

@@ -26,7 +26,6 @@ from attnscope.analyses.mixing.layer_decomposition import (
     weight_maps,
 )
 from attnscope.analyses.mixing.statistics import (
-    FfPairs,
     MixingRatios,
     ScopeRSA,
     vector_mixing_ratio,
@@ -45,9 +44,7 @@ COMPLETENESS = "FfCompleteness"
 class MixingResult:
     ratios: MixingRatios
     rsa: ScopeRSA
-    ff_pairs: FfPairs
     check: pd.DataFrame
-    example: pd.DataFrame
 
 
 class ResidualLog:
@@ -118,9 +115,6 @@ def analyse_corpus(
     ig_steps: int,
     max_rel_residual: float,
     maps_dtype: str,
-    example_sequence: int,
-    example_tokens: int,
-    token_of: Callable[[int], str],
     log: logging.Logger | None = None,
 ) -> MixingResult:
     """Stream the store layer by layer; write `{scope}/{layer}` [N, L, L] into `maps`.
@@ -131,18 +125,15 @@ def analyse_corpus(
     above `max_rel_residual` raises `checks.CheckError`.
     """
     N, L = store.n_sequences, store.length
-    if not 0 <= example_sequence < N:
-        raise ValueError(f"example_sequence {example_sequence} is not in 0..{N - 1}")
     maps.attrs["scopes"] = list(SCOPES)
     maps.attrs["layers"] = "1-based"
     maps.attrs["description"] = "{scope}/{layer} [seq, query i, key j]: ||z_ij|| or weights"
     maps.attrs["ig_steps"] = ig_steps
+    maps.attrs["causal"] = bool(weights.layers[0].causal)
     stored_exact = store.attrs.get("dtype", "float32") == "float32"
     ratios = MixingRatios(SCOPES, weights.n_layers)
     rsa = ScopeRSA(SCOPES, weights.n_layers)
-    ff_pairs = FfPairs(weights.n_layers)
     residuals = ResidualLog(max_rel_residual, log)
-    example_rows = []
     for l, layer in enumerate(weights.layers):
         datasets = {
             scope: maps.create_dataset(
@@ -169,28 +160,8 @@ def analyse_corpus(
                 for scope in WEIGHT_SCOPES:
                     ratios.add(scope, l, weight_mixing_ratio(batch_maps[scope]), mask)
                 rsa.add(l, batch_maps, pairs)
-                ff_pairs.add(
-                    l, batch_maps["AttnResLn"], batch_maps["AttnResLnFf"], pairs, batch.input_ids
-                )
             for scope in SCOPES:
                 datasets[scope][batch.start : batch.stop, :n, :n] = batch_maps[scope].cpu().numpy()
-            if batch.start <= example_sequence < batch.stop:
-                b = example_sequence - batch.start
-                length = min(int(mask[b].sum()), example_tokens)
-                ids = batch.input_ids[b, :length]
-                for scope in SCOPES:
-                    values = batch_maps[scope][b, :length, :length].cpu().numpy()
-                    for i in range(length):
-                        for j in range(length):
-                            example_rows.append(
-                                (scope, l + 1, i + 1, j + 1, ids[i], ids[j], float(values[i, j]))
-                            )
         if log:
             log.info("layer %d done", l + 1)
-    example = pd.DataFrame(
-        example_rows,
-        columns=["scope", "layer", "query", "key", "query_token", "key_token", "value"],
-    )
-    for column in ("query_token", "key_token"):
-        example[column] = [token_of(int(t)) for t in example[column]]
-    return MixingResult(ratios, rsa, ff_pairs, residuals.table(), example)
+    return MixingResult(ratios, rsa, residuals.table())

@@ -49,19 +49,10 @@ from dataclasses import dataclass
 import torch
 
 from attnscope.analyses.mixing.activation_split import ig_coefficients
+from attnscope.analyses.mixing.scopes import SCOPES, VECTOR_SCOPES, WEIGHT_SCOPES  # noqa: F401
 from attnscope.core.attention import attention_probs, value_vectors
 from attnscope.core.canonical import CanonicalLayer, CanonicalLayerNorm
 
-VECTOR_SCOPES = (
-    "Attn",
-    "AttnRes",
-    "AttnResLn",
-    "AttnResLnFf",
-    "AttnResLnFfRes",
-    "AttnResLnFfResLn",
-)
-WEIGHT_SCOPES = ("Attn-w", "AttnRes-w")
-SCOPES = ("Attn-w", "Attn", "AttnRes-w", "AttnRes", *VECTOR_SCOPES[2:])
 FF_CHUNK_ELEMENTS = 2**22  # [B, n, chunk, d_ff] float32 pre-activation parts: <= 16 MiB (faster
 # than 64 MiB chunks at BERT-base shapes: benchmarks/bench_mixing.py)
 

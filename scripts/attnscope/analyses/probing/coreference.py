@@ -155,6 +155,8 @@ class CorefCounts:
                 )
             )
         table = pd.concat(rows, ignore_index=True)
+        # whole numbers in the TSV ("2", not "2.0"); a baseline row has none (empty cell)
+        table[["layer", "head", "n"]] = table[["layer", "head", "n"]].astype("Int64")
         table["ratio_f_m"] = table["accuracy_feminine"] / table["accuracy_masculine"]
         columns = ["source", "method", "layer", "head", "accuracy", "n"]
         columns += ["accuracy_masculine", "accuracy_feminine", "ratio_f_m"]

@@ -4,7 +4,17 @@ Syntax and the probe run on the corpus `syntax_corpus` (UD EWT), coreference on 
 (GAP); each corpus gets only its own tables and figures.
 """
 
+from attnscope.analyses.mixing.scopes import SCOPES
 from attnscope.pipeline.outputs import Family, Figure
+
+MODEL_SOURCES = ("weights", "norms")
+# The universal dependency relations of UD v2 (subtypes are folded into them), root excluded:
+# heads are scored on arcs between words; `all` pools every relation.
+UD_RELATIONS = (
+    "acl advcl advmod amod appos aux case cc ccomp clf compound conj cop csubj dep det "
+    "discourse dislocated expl fixed flat goeswith iobj list mark nmod nsubj nummod obj obl "
+    "orphan parataxis punct reparandum vocative xcomp"
+).split()
 
 SYNTAX = (
     "syntax_heads.tsv",
@@ -25,6 +35,16 @@ def problems(settings: dict):
         yield "sources must not repeat a name"
     if any(not 0 < f <= 1 for f in settings["learning_curve"]):
         yield "learning_curve fractions must lie in (0, 1]"
+    known = (*MODEL_SOURCES, *SCOPES)
+    for source in settings["sources"]:
+        if source not in known:
+            yield f"sources names {source!r}, which is none of {', '.join(known)}"
+    for relation in settings["heatmap_relations"]:
+        if relation not in (*UD_RELATIONS, "all"):
+            yield (
+                f"heatmap_relations names {relation!r}, which is no universal dependency "
+                f"relation (one of {', '.join(UD_RELATIONS)}, or all)"
+            )
 
 
 FAMILY = Family(
@@ -38,6 +58,7 @@ FAMILY = Family(
         Figure("coref_heads", "corpus", ("coref_heads.tsv", "coref_best.tsv")),
     ),
     problems=problems,
+    corpus_kinds={"syntax_corpus": ("ewt",), "coref_corpus": ("gap",)},
     corpus_roles={
         "syntax_corpus": SYNTAX + ("syntax_best", "syntax_heatmaps", "probe_uas"),
         "coref_corpus": COREF + ("coref_heads",),

@@ -42,7 +42,7 @@ def syntax_heatmaps(syntax_heads: pd.DataFrame, title: str, heatmap_relations: l
     """dep->head accuracy over layer x head for a few relations, one row per source."""
     table = syntax_heads[syntax_heads["direction"] == "dep->head"]
     sources = list(dict.fromkeys(table["source"]))
-    relations = [r for r in heatmap_relations if r in set(table["relation"])] or ["all"]
+    relations = list(heatmap_relations) or ["all"]
     fig, axes = plt.subplots(
         len(sources),
         len(relations),
@@ -51,10 +51,15 @@ def syntax_heatmaps(syntax_heads: pd.DataFrame, title: str, heatmap_relations: l
     )
     for row, source in enumerate(sources):
         for col, relation in enumerate(relations):
+            ax = axes[row, col]
             rows = table[(table["source"] == source) & (table["relation"] == relation)]
+            ax.set_title(f"{source}: {relation}", fontsize="small")
+            if rows.empty:  # a relation the corpus slice does not hold: said, not swapped
+                ax.text(0.5, 0.5, f"no {relation} arcs\nin this corpus", ha="center", va="center")
+                ax.set_axis_off()
+                continue
             grid = rows.pivot(index="layer", columns="head", values="accuracy")
-            sns.heatmap(grid, ax=axes[row, col], vmin=0, vmax=1, cmap="viridis", cbar=col == 0)
-            axes[row, col].set_title(f"{source}: {relation}", fontsize="small")
+            sns.heatmap(grid, ax=ax, vmin=0, vmax=1, cmap="viridis", cbar=col == 0)
     fig.suptitle(title)
     fig.tight_layout()
     return fig

@@ -15,9 +15,9 @@ import numpy as np
 import torch
 
 from attnscope.analyses.norms.summed_norms import head_summed_norms
+from attnscope.analyses.probing.outputs import MODEL_SOURCES
 from attnscope.core.attention import attention_probs, value_vectors
 
-MODEL_SOURCES = ("weights", "norms")
 WHOLE_LAYER_HEAD = 0
 
 

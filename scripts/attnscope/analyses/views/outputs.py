@@ -7,6 +7,10 @@ def problems(settings: dict):
     for corpus in settings["sequences"]:
         if corpus not in settings["corpora"]:
             yield f"sequences names corpus {corpus!r}, which views corpora does not list"
+        indices = settings["sequences"][corpus]
+        repeated = sorted({i for i in indices if indices.count(i) > 1})
+        if repeated:
+            yield f"sequences.{corpus} lists sequence(s) {repeated} more than once"
 
 
 FAMILY = Family(

@@ -1,0 +1,21 @@
+"""Which blocks of the user's configuration replace the built-in ones instead of merging.
+
+Snakemake merges a --configfile or --config into the built-in config key by key. For blocks
+keyed by the user's own names that is wrong: the built-in corpora would run beside the
+user's, and `analyses.views.sequences: {}` would get the built-in wiki sequences back.
+"""
+
+from __future__ import annotations
+
+REPLACED_BLOCKS = (("models",), ("corpora",), ("analyses", "views", "sequences"))
+
+
+def replace_user_blocks(config: dict, user_config: dict) -> None:
+    """Set every REPLACED_BLOCKS block that `user_config` gives to its value, in place."""
+    for keys in REPLACED_BLOCKS:
+        given, target = user_config, config
+        for key in keys[:-1]:
+            given = given.get(key) if isinstance(given, dict) else None
+            target = target.setdefault(key, {})
+        if isinstance(given, dict) and keys[-1] in given:
+            target[keys[-1]] = given[keys[-1]]
