@@ -360,3 +360,17 @@ def test_texts_bad_items_and_overlong_texts_stop_by_name(minilm):
         encode_corpus(
             "texts", [], minilm, {"texts": ["one two three four five six seven"], "max_length": 8}
         )
+
+
+def test_a_tokenizer_that_does_not_fit_the_text_stops_the_corpus(tmp_path, minilm):
+    """Issue 19, item 1: a 5-entry WordPiece vocabulary turns every word into [UNK]; the corpus
+    stops by name instead of running every analysis on it. A real one is unaffected."""
+    from transformers import BertTokenizer
+
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
+    tiny = BertTokenizer(str(tmp_path / "vocab.txt"))
+    texts = ["The cat sat on the mat.", ["A cat.", "A dog."]]
+    with pytest.raises(ValueError, match=r"100% of its pieces are the unknown token '\[UNK\]'"):
+        encode_corpus("texts", [], tiny, {"texts": texts})
+    corpus = encode_corpus("texts", [], minilm, {"texts": texts})
+    assert not (corpus.input_ids == minilm.unk_token_id).any()

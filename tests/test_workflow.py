@@ -1,6 +1,7 @@
 """The workflow end to end, in temporary folders: a tiny random model on small slices of the
 real (mirrored) data, the default MiniLM on a 32-sequence slice, and bad input."""
 
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+
+from attnscope.core.files import sha256_of
 
 ROOT = Path(__file__).parents[1]
 MIRROR = Path(os.environ.get("ATTNSCOPE_MIRROR", ROOT.parent / "shared" / "data")).resolve()
@@ -151,6 +154,9 @@ def test_views_pages_hold_the_stores_and_tables_values(tiny_run):
 def scheduled_rules(result) -> set[str]:
     """Rule names a dry run would execute (from its job-stats table)."""
     text = result.stdout + result.stderr
+    if "Job stats:" not in text:
+        assert "Nothing to be done" in text, text[-3000:]
+        return set()
     table = text.split("Job stats:")[1].split("\n\n")[0]
     return {line.split()[0] for line in table.splitlines()[3:] if line.split()[0] != "total"}
 
@@ -160,6 +166,12 @@ def scheduled_rules(result) -> set[str]:
     [
         ("norms", "seed", 7, {"norms_compute", "figure_corpus", "figure_model"}),
         ("weights", "n_clusters", 3, {"weights_distances", "figure_corpus"}),
+        # issue 19, item 14: presentation settings rerun only the cheap tables step; check
+        # bounds rerun nothing (the check tables hold the residuals themselves)
+        ("mixing", "ff_pairs_top_k", 3, {"mixing_tables", "figure_corpus"}),
+        ("mixing", "example_tokens", 5, {"mixing_tables", "figure_corpus"}),
+        ("mixing", "max_rel_residual", 1e-3, set()),
+        ("norms", "max_rel_residual", 1e-3, set()),
     ],
 )
 def test_changing_one_setting_reruns_only_what_depends_on_it(
@@ -171,6 +183,26 @@ def test_changing_one_setting_reruns_only_what_depends_on_it(
     rules = scheduled_rules(snakemake(workdir, changed, "--dry-run"))
     assert expected <= rules
     assert rules - expected <= {"all", "config_snapshot"}, rules
+
+
+def test_the_device_alone_reruns_nothing(tiny_run):
+    """States on the CPU and on a GPU agree within float tolerance: switching the device
+    keeps every stored result (issue 19, item 15)."""
+    workdir, config = tiny_run
+    rules = scheduled_rules(snakemake(workdir, dict(config, device="cuda"), "--dry-run"))
+    assert rules <= {"all", "config_snapshot"}, rules
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+def test_cuda_without_a_gpu_stops_before_any_job_and_keeps_the_states(tiny_run):
+    workdir, config = tiny_run
+    store = workdir / "results/tiny/wiki/hidden_states.h5"
+    before = store.stat().st_mtime_ns
+    result = snakemake(workdir, dict(config, device="cuda"), "--forcerun", "extract_hidden_states")
+    assert result.returncode != 0
+    assert "device is cuda, but torch sees no CUDA device" in result.stdout + result.stderr
+    assert store.stat().st_mtime_ns == before
+    assert "Select jobs to execute" not in result.stdout + result.stderr
 
 
 def reversed_keys(value):
@@ -222,6 +254,84 @@ def test_my_configfile_runs_only_my_model(tmp_path, tiny_model_dir):
     assert "results/tiny/wiki/hidden_states.h5" in text and "minilm-l6" not in text
 
 
+def test_my_configfile_can_view_only_my_texts(tmp_path, tiny_model_dir):
+    """`sequences: {}` in the user's config replaces the built-in sequences instead of merging
+    them back in (issue 19, item 11)."""
+    mine = {
+        "models": {"tiny": {"source": "path", "path": str(tiny_model_dir)}},
+        "mirror": str(MIRROR),
+        "analyses": {"views": {"corpora": ["texts"], "sequences": {}}},
+    }
+    result = snakemake(tmp_path, mine, "views", "--dry-run", replace=False)
+    text = result.stdout + result.stderr
+    assert result.returncode == 0, text[-3000:]
+    assert "results/tiny/texts/views" in text and "results/tiny/wiki/views" not in text
+
+
+def tiny_copy(tiny_model_dir, folder: Path, keep=lambda path: True) -> Path:
+    """A copy of the tiny model folder with only the files `keep` accepts."""
+    import shutil
+
+    folder.mkdir(parents=True)
+    for path in tiny_model_dir.iterdir():
+        if keep(path):
+            shutil.copy2(path, folder / path.name)
+    return folder
+
+
+def test_model_folder_without_a_tokenizer_fails_before_any_job(tmp_path, tiny_model_dir):
+    """Only config.json and the weights: refused by name, not run on a 5-entry tokenizer
+    that turns every word into [UNK] (issue 19, item 1)."""
+    bare = tiny_copy(
+        tiny_model_dir, tmp_path / "bare", lambda p: p.name in ("config.json", "model.safetensors")
+    )
+    config = small_config({"tiny": {"source": "path", "path": str(bare)}})
+    result = snakemake(tmp_path / "run", config, "--dry-run")
+    text = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert f"model 'tiny': {bare} has no tokenizer" in text, text[-3000:]
+    assert not (tmp_path / "run" / "results").exists()
+
+
+def test_corrupt_config_json_is_named_before_any_job(tmp_path, tiny_model_dir):
+    """Issue 19, item 13: not a bare JSONDecodeError."""
+    broken = tiny_copy(tiny_model_dir, tmp_path / "broken")
+    (broken / "config.json").write_text('{"model_type": "bert",')
+    config = small_config({"tiny": {"source": "path", "path": str(broken)}})
+    result = snakemake(tmp_path / "run", config, "--dry-run")
+    text = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert f"model 'tiny': {broken / 'config.json'} is not valid JSON" in text, text[-3000:]
+
+
+def test_changed_model_files_rerun_everything_from_acquisition(tmp_path, tiny_model_dir):
+    """New weights or a new tokenizer saved into a `path` model's folder after a run: the
+    next run redoes acquisition and every result after it (issue 19, item 2)."""
+    import torch
+    from transformers import BertModel
+
+    folder = tiny_copy(tiny_model_dir, tmp_path / "model")
+    config = small_config({"tiny": {"source": "path", "path": str(folder)}})
+    target = "results/tiny/texts/views"
+    first = snakemake(tmp_path / "run", config, target)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+    planned = {"acquire_model", "encode_corpus", "extract_hidden_states", "views_pages"}
+    assert scheduled_rules(snakemake(tmp_path / "run", config, target, "-n")) == set()
+    torch.manual_seed(1)  # the same architecture, new weights
+    BertModel(BertModel.config_class.from_pretrained(folder)).save_pretrained(folder)
+    assert planned <= scheduled_rules(snakemake(tmp_path / "run", config, target, "-n"))
+    second = snakemake(tmp_path / "run", config, target)
+    assert second.returncode == 0, (second.stdout + second.stderr)[-3000:]
+    manifest = json.loads((tmp_path / "run/results/tiny/model/manifest.json").read_text())
+    assert manifest["weights_sha256"]["model.safetensors"] == sha256_of(
+        folder / "model.safetensors"
+    )
+    # a changed tokenizer file alone reruns from acquisition too
+    settings = folder / "tokenizer_config.json"
+    settings.write_text(json.dumps(json.loads(settings.read_text()) | {"model_max_length": 500}))
+    assert planned <= scheduled_rules(snakemake(tmp_path / "run", config, target, "-n"))
+
+
 def test_report_builds(tiny_run):
     """The zip report holds the figures, the software record and every views folder."""
     import zipfile
@@ -256,8 +366,6 @@ def test_nothing_computed_is_lost_on_bad_config(tiny_run):
 def test_default_pipeline_on_a_slice(tmp_path):
     """The real MiniLM, every analysis, on slices of the real data (32 wiki sequences, two
     512-piece windows): all targets are built, and stored states equal a fresh forward pass."""
-    import json
-
     import pandas as pd
     import torch
 
@@ -310,6 +418,27 @@ def test_default_pipeline_on_a_slice(tmp_path):
             "analyses.views: sequences names corpus 'ewt'",
         ),
         ({"corpora": {"texts": {"kind": "texts"}}}, "corpora.texts.texts must be given"),
+        # issue 19, items 8-10 and 12: caught before any job, naming the key
+        (
+            {"analyses": {"probing": {"sources": ["weights", "Bogus"]}}},
+            "analyses.probing: sources names 'Bogus'",
+        ),
+        (
+            {"analyses": {"probing": {"syntax_corpus": "wiki"}}},
+            "analyses.probing.syntax_corpus names corpus 'wiki' of kind 'wiki'",
+        ),
+        (
+            {"analyses": {"probing": {"coref_corpus": "ewt"}}},
+            "analyses.probing.coref_corpus names corpus 'ewt' of kind 'ewt'",
+        ),
+        (
+            {"analyses": {"probing": {"heatmap_relations": ["nonexistent_rel"]}}},
+            "heatmap_relations names 'nonexistent_rel'",
+        ),
+        (
+            {"analyses": {"views": {"corpora": ["wiki"], "sequences": {"wiki": [0, 0, 2]}}}},
+            "analyses.views: sequences.wiki lists sequence(s) [0] more than once",
+        ),
     ],
 )
 def test_bad_config_fails_before_any_job(tmp_path, change, message):

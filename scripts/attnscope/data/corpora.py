@@ -198,12 +198,15 @@ def encode_corpus(kind: str, data_files: list[str], tokenizer, settings: dict) -
 
 
 def unknown_share(sequences, tokenizer) -> float:
-    """Share of the unknown token among all pieces of `sequences` (0 without one)."""
+    """Share of the unknown token among the word pieces of `sequences` (special tokens such
+    as [CLS] and [SEP] left out; 0 for a tokenizer without an unknown token)."""
     unknown = tokenizer.unk_token_id
     if unknown is None:
         return 0.0
     ids = np.concatenate([np.asarray(s.ids) for s in sequences])
-    return float(np.mean(ids == unknown))
+    specials = np.array(sorted(set(tokenizer.all_special_ids) - {unknown}))
+    words = ids[~np.isin(ids, specials)]
+    return float(np.mean(words == unknown)) if len(words) else 0.0
 
 
 def _assemble(sequences, tokenizer, settings, kind, inputs, dropped) -> EncodedCorpus:

@@ -94,13 +94,18 @@ def resolve_folder(name: str, spec: dict, mirror: str, resources: Path) -> tuple
         raise ValueError(f"model {name!r}: unknown source {source!r}")
     if not (folder / "config.json").is_file():
         raise ModelNotFoundError(f"model {name!r}: no config.json in {folder}")
+    return folder, model_id, revision
+
+
+def require_tokenizer(name: str, folder: Path) -> None:
+    """A model folder must hold a tokenizer: without one, `transformers` builds an empty one
+    that turns every word into the unknown token, and every result is garbage."""
     if not any(all(list(folder.glob(f)) for f in files) for files in TOKENIZER_SETS):
         raise ModelNotFoundError(
             f"model {name!r}: {folder} has no tokenizer (tokenizer.json, vocab.txt, vocab.json "
             "with merges.txt, or a SentencePiece *.model); save the model's tokenizer there "
             "(tokenizer.save_pretrained)"
         )
-    return folder, model_id, revision
 
 
 def read_model_config(name: str, folder: Path) -> dict:
@@ -122,25 +127,26 @@ def model_files(folder: Path) -> list[Path]:
     return [folder / "config.json", *weights, *(p for p in tokenizer if p.is_file())]
 
 
-def local_model_files(name: str, spec: dict, mirror: str = "") -> list[str]:
-    """model_files of a configured model that is on this machine ([] for a hub model still
-    to fetch): acquire_model's inputs, so that changed files rerun everything from acquisition."""
-    if spec["source"] == "hub" and not (
-        mirror and (Path(mirror) / "models" / spec["repo"]).is_dir()
-    ):
-        return []
-    folder, _, _ = resolve_folder(name, spec, mirror, Path("resources/models"))
-    return [str(p) for p in model_files(folder)]
-
-
-def local_model_config(name: str, spec: dict, mirror: str = "") -> dict | None:
-    """config.json of a configured model where it is on this machine without a download (a
-    package, a path, a hub model in the mirror), as a dict; None for a hub model to fetch."""
+def local_model_folder(name: str, spec: dict, mirror: str = "") -> Path | None:
+    """The folder of a configured model that is on this machine without a download (a
+    package, a path, a hub model in the mirror); None for a hub model still to fetch."""
     if spec["source"] == "hub":
         if not (mirror and (Path(mirror) / "models" / spec["repo"]).is_dir()):
             return None
-    folder, _, _ = resolve_folder(name, spec, mirror, Path("resources/models"))
-    return read_model_config(name, folder)
+    return resolve_folder(name, spec, mirror, Path("resources/models"))[0]
+
+
+def local_model_config(name: str, spec: dict, mirror: str = "") -> dict | None:
+    """config.json of a local model (see local_model_folder) as a dict; None otherwise."""
+    folder = local_model_folder(name, spec, mirror)
+    return None if folder is None else read_model_config(name, folder)
+
+
+def local_model_files(name: str, spec: dict, mirror: str = "") -> list[str]:
+    """model_files of a local model ([] for a hub model still to fetch): acquire_model's
+    inputs, so that changed files rerun everything from acquisition."""
+    folder = local_model_folder(name, spec, mirror)
+    return [] if folder is None else [str(p) for p in model_files(folder)]
 
 
 def build_manifest(name: str, spec: dict, mirror: str = "", resources: str = "resources/models"):
@@ -151,6 +157,7 @@ def build_manifest(name: str, spec: dict, mirror: str = "", resources: str = "re
     read_model_config(name, folder)
     config = AutoConfig.from_pretrained(folder)
     architecture(config.model_type, f"model {name!r} ({model_id})")
+    require_tokenizer(name, folder)
     weights = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES)
     if not weights:
         raise ModelNotFoundError(f"model {name!r}: no weight files in {folder}")

@@ -129,11 +129,13 @@ def scan(
             x = score_input(batch.X, layer, include_bias) * mask[..., None]
             Q, K = form.queries(x), form.keys(x)
             qsk = (Q * s) @ K.transpose(-1, -2)
-            direct = torch.einsum("bnd,hde->bhne", x, W_Q.to(device)) @ torch.einsum(
-                "bnd,hde->bhne", x, W_K.to(device)
-            ).transpose(-1, -2)
-            _track(residual["svd"][l], scale["svd"][l], direct, qsk, dims=(0, 2, 3))
-            del direct
+            x_q = torch.einsum("bnd,hde->bhne", x, W_Q.to(device))
+            x_k = torch.einsum("bnd,hde->bhne", x, W_K.to(device))
+            for h in range(H):  # one head's X W^A X^T [B, n, n] at a time beside Q S K^T
+                direct = x_q[:, h : h + 1] @ x_k[:, h : h + 1].transpose(-1, -2)
+                at = slice(h, h + 1)
+                _track(residual["svd"][l, at], scale["svd"][l, at], direct, qsk[:, at], (0, 2, 3))
+            del direct, x_q, x_k
             batch_trt_qsk = diagonal_sums(qsk, xoffsets)  # [B, H, X]
             del qsk
             batch_xcov = cross_covariance(Q, K, xoffsets)  # [B, H, X, r]
@@ -182,8 +184,10 @@ def scan(
 
 
 def _track(residual: np.ndarray, scale: np.ndarray, a: torch.Tensor, b: torch.Tensor, dims):
-    """Per head, keep the running max of |a| and of |a - b| (head on dim 1); overwrites a."""
-    np.maximum(scale, a.abs().amax(dim=dims).cpu().numpy(), out=scale)
+    """Per head, keep the running max of |a| and of |a - b| (head on dim 1); overwrites a.
+    max |a| is taken as max(max a, -min a): no temporary of a's size."""
+    largest = torch.maximum(a.amax(dim=dims), a.amin(dim=dims).neg())
+    np.maximum(scale, largest.cpu().numpy(), out=scale)
     np.maximum(residual, a.sub_(b).abs_().amax(dim=dims).cpu().numpy(), out=residual)
 
 

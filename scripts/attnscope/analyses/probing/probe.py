@@ -55,7 +55,7 @@ def _pad(seqs: list[Sequence], kind: str):
         C = 2 * MAX_OFFSET + 2
     else:
         C = 2 * seqs[0].maps.shape[0]
-    feats = torch.zeros(B, C, W, W + 1)
+    feats = torch.zeros(B, C, W, W + 1, dtype=torch.float16)  # maps are stored as float16
     emb = torch.zeros(B, W, d)
     cand = torch.zeros(B, W, W + 1, dtype=torch.bool)
     gold = torch.zeros(B, W, dtype=torch.long)
@@ -76,16 +76,16 @@ def _pad(seqs: list[Sequence], kind: str):
                 -MAX_OFFSET, MAX_OFFSET
             )
             one_hot = torch.nn.functional.one_hot(offset + MAX_OFFSET, C).permute(2, 0, 1)
-            feats[b, :, :w, :w] = one_hot.float()
+            feats[b, :, :w, :w] = one_hot.half()
             feats[b, C - 1, :w, W] = 1
         else:
-            m = torch.from_numpy(s.maps.astype(np.float32))  # [F, w + 1, w + 1]
+            m = torch.from_numpy(s.maps).half()  # [F, w + 1, w + 1]
             F = m.shape[0]
             feats[b, :F, :w, :w] = m[:, :w, :w]
             feats[b, :F, :w, W] = m[:, :w, w]
             feats[b, F:, :w, :w] = m[:, :w, :w].transpose(1, 2)
             feats[b, F:, :w, W] = m[:, w, :w]
-    return feats.half(), emb, cand, gold, scored, words
+    return feats, emb, cand, gold, scored, words
 
 
 class Probe(torch.nn.Module):
@@ -259,21 +259,25 @@ def _train_all(
         for fraction in fractions:
             size = max(1, round(fraction * len(train)))
             subsets[fraction] = np.sort(rng.permutation(len(train))[:size])
+        test_batches: dict[str, list] = {}  # padded once per feature kind
         for probe in PROBES:
             if probe == "dist+emb" and s_i > 0:
                 continue  # needs no maps: trained once, reported under source "none"
             kind = feature_kind(probe)
-            test_batches = batches(test, kind)
+            if kind not in test_batches:
+                test_batches.clear()  # one kind's padded test set in memory at a time
+                test_batches[kind] = batches(test, kind)
             for fraction, subset in sorted(subsets.items()):
                 train_batches = batches([train[i] for i in subset], kind)
                 uas, n = train_and_score(
                     probe,
                     train_batches,
-                    test_batches,
+                    test_batches[kind],
                     seed=seed,
                     epochs=epochs,
                     learning_rate=learning_rate,
                 )
+                del train_batches  # freed before the next subset's batches are built
                 name = "none" if probe == "dist+emb" else source
                 curve.append((name, probe, fraction, len(subset), uas, n))
                 if fraction == 1.0:
