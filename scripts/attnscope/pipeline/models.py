@@ -231,15 +231,19 @@ class LoadedModel:
     weights: CanonicalModel
 
 
-def cuda_visible() -> bool:
-    import torch
-
+def cuda_visible() -> bool | None:
+    """Whether torch sees a CUDA device; None where torch is not installed (a driver
+    environment without it: the jobs check in their own)."""
+    try:
+        import torch
+    except ImportError:
+        return None
     return torch.cuda.is_available()
 
 
 def check_local_device(setting: str) -> None:
     """Before any job of a local run: `device: cuda` needs a CUDA device torch can see."""
-    if setting == "cuda" and not cuda_visible():
+    if setting == "cuda" and cuda_visible() is False:
         raise RuntimeError(
             "config: device is cuda, but torch sees no CUDA device on this machine; use "
             "device: auto or cpu here, or run on GPU nodes (--profile profiles/slurm)"
