@@ -6,6 +6,9 @@ import pytest
 import torch
 
 TINY = dict(hidden=32, heads=4, layers=2, ff=64, vocab=120, positions=64)
+# A WordPiece vocabulary of the special tokens alone: a tokenizer file where only its presence
+# matters (a model folder must hold one), and a tokenizer that fits no text.
+SPECIAL_VOCAB = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n"
 
 
 def tiny_config(family: str):
@@ -136,7 +139,7 @@ def write_tiny_model_run(tmp_path, family: str, batch: int = 4, length: int = 16
     folder = tmp_path / "model"
     model.save_pretrained(folder)
     if not (folder / "tokenizer.json").exists():
-        (folder / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
+        (folder / "vocab.txt").write_text(SPECIAL_VOCAB)
     manifest = build_manifest("tiny", {"source": "path", "path": str(folder)})
     write_manifest(tmp_path / "manifest.json", manifest)
     encoded = write_tiny_encoded(tmp_path / f"{family}-encoded.h5", family, batch, length)

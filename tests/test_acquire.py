@@ -14,9 +14,8 @@ from attnscope.pipeline.models import (
     ModelNotFoundError,
     build_manifest,
     open_model,
-    write_manifest,
 )
-from conftest import tiny_model, write_tiny_store
+from conftest import SPECIAL_VOCAB, tiny_model, write_tiny_model_run, write_tiny_store
 
 MIRROR = Path(os.environ.get("ATTNSCOPE_MIRROR", Path(__file__).parents[2] / "shared" / "data"))
 WIKI_VALID = "wikitext-2/valid.txt"
@@ -101,7 +100,7 @@ def test_model_folder_without_a_tokenizer_is_refused(tmp_path):
     tiny_model("bert").save_pretrained(tmp_path)
     with pytest.raises(ModelNotFoundError, match=f"{tmp_path} has no tokenizer"):
         build_manifest("bare", {"source": "path", "path": str(tmp_path)})
-    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
+    (tmp_path / "vocab.txt").write_text(SPECIAL_VOCAB)
     assert build_manifest("bare", {"source": "path", "path": str(tmp_path)})["files"]
 
 
@@ -111,48 +110,35 @@ def test_corrupt_config_json_is_named(tmp_path):
         build_manifest("broken", {"source": "path", "path": str(tmp_path)})
 
 
-def saved_model_with_manifest(tmp_path):
-    """A tiny BERT folder with a tokenizer file and the manifest written for it."""
-    folder = tmp_path / "model"
-    tiny_model("bert").save_pretrained(folder)
-    (folder / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
-    manifest = build_manifest("tiny", {"source": "path", "path": str(folder)})
-    write_manifest(tmp_path / "manifest.json", manifest)
-    return folder, tmp_path / "manifest.json", manifest
-
-
 def test_jobs_refuse_model_files_changed_after_acquisition(tmp_path):
     """Issue 19, item 2: weights or tokenizer files saved after the manifest stop every job
     that opens the model, naming the files; unchanged files (even touched) pass."""
-    folder, path, _ = saved_model_with_manifest(tmp_path)
+    _, _, path = write_tiny_model_run(tmp_path, "bert")
+    folder = tmp_path / "model"
     assert open_model(path).manifest["name"] == "tiny"
     os.utime(folder / "model.safetensors")  # touched, same bytes: still the same model
     open_model(path)
+    (folder / "vocab.txt").write_text(SPECIAL_VOCAB + "new\n")
+    with pytest.raises(ModelChangedError, match="vocab.txt"):
+        open_model(path)
     tiny_model("bert", seed=5).save_pretrained(folder)
     with pytest.raises(ModelChangedError, match="model.safetensors"):
         open_model(path)
-    folder2, path2, _ = saved_model_with_manifest(tmp_path / "again")
-    (folder2 / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nnew\n")
-    with pytest.raises(ModelChangedError, match="vocab.txt"):
-        open_model(path2)
 
 
 def test_jobs_refuse_states_made_with_other_weights(tmp_path):
     """hidden_states.h5 carries the hash of the weights it was made with; a manifest of other
     weights is refused with the rule to rerun."""
-    from attnscope.pipeline.extract import check_store_weights, extract, manifest_attrs
-    from conftest import write_tiny_encoded
+    from attnscope.pipeline.extract import check_store_weights
+    from attnscope.pipeline.models import read_manifest
 
-    folder, path, manifest = saved_model_with_manifest(tmp_path)
-    encoded = write_tiny_encoded(tmp_path / "encoded.h5", "bert")
-    store = tmp_path / "hidden_states.h5"
-    model = open_model(path).model
-    extract(model, encoded, store, batch_size=2, device="cpu", attrs=manifest_attrs(manifest))
+    store, _, path = write_tiny_model_run(tmp_path, "bert")
+    manifest = read_manifest(path)
     check_store_weights(store, manifest)
     assert open_model(path, hidden_states=store).manifest["name"] == "tiny"
     other = dict(manifest, weights_sha256={"model.safetensors": "0" * 64})
     with pytest.raises(ModelChangedError, match="--forcerun extract_hidden_states"):
         check_store_weights(store, other)
-    plain, _ = write_tiny_store(tmp_path, "bert")  # made without the manifest's hash
+    plain, _ = write_tiny_store(tmp_path, "gpt2")  # made without the manifest's hash
     with pytest.raises(ModelChangedError):
         open_model(path, hidden_states=plain)

@@ -370,7 +370,9 @@ def test_a_tokenizer_that_does_not_fit_the_text_stops_the_corpus(tmp_path, minil
     stops by name instead of running every analysis on it. A real one is unaffected."""
     from transformers import BertTokenizer
 
-    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n")
+    from conftest import SPECIAL_VOCAB
+
+    (tmp_path / "vocab.txt").write_text(SPECIAL_VOCAB)
     tiny = BertTokenizer(str(tmp_path / "vocab.txt"))
     texts = ["The cat sat on the mat.", ["A cat.", "A dog."]]
     with pytest.raises(ValueError, match=r"100% of its pieces are the unknown token '\[UNK\]'"):

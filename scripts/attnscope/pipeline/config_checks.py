@@ -7,7 +7,7 @@ message naming the key, and nothing is computed or overwritten.
 from __future__ import annotations
 
 from attnscope.architectures import architecture
-from attnscope.pipeline.models import local_model_config, local_model_folder, require_tokenizer
+from attnscope.pipeline.models import local_model_folder, read_model_config, require_tokenizer
 from attnscope.pipeline.outputs import Family
 
 
@@ -53,11 +53,12 @@ def check_models(config: dict) -> None:
     tokenizer, and takes inputs as long as every corpus's max_length (hub models still to
     fetch: at acquisition)."""
     for name, spec in config["models"].items():
-        model_config = local_model_config(name, spec, config["mirror"])
-        if model_config is None:
+        folder = local_model_folder(name, spec, config["mirror"])
+        if folder is None:
             continue
+        model_config = read_model_config(name, folder)
         family = architecture(model_config.get("model_type"), f"model {name!r}")
-        require_tokenizer(name, local_model_folder(name, spec, config["mirror"]))
+        require_tokenizer(name, folder)
         limit = family.max_positions(model_config)
         for corpus, settings in config["corpora"].items():
             if settings["max_length"] > limit:

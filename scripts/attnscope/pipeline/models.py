@@ -120,11 +120,14 @@ def read_model_config(name: str, folder: Path) -> dict:
     return config
 
 
+def weight_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES)
+
+
 def model_files(folder: Path) -> list[Path]:
     """The files a model's results depend on: config.json, weights and tokenizer files."""
     tokenizer = [folder / f for f in TOKENIZER_FILES] + sorted(folder.glob("*.model"))
-    weights = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES)
-    return [folder / "config.json", *weights, *(p for p in tokenizer if p.is_file())]
+    return [folder / "config.json", *weight_files(folder), *(p for p in tokenizer if p.is_file())]
 
 
 def local_model_folder(name: str, spec: dict, mirror: str = "") -> Path | None:
@@ -134,12 +137,6 @@ def local_model_folder(name: str, spec: dict, mirror: str = "") -> Path | None:
         if not (mirror and (Path(mirror) / "models" / spec["repo"]).is_dir()):
             return None
     return resolve_folder(name, spec, mirror, Path("resources/models"))[0]
-
-
-def local_model_config(name: str, spec: dict, mirror: str = "") -> dict | None:
-    """config.json of a local model (see local_model_folder) as a dict; None otherwise."""
-    folder = local_model_folder(name, spec, mirror)
-    return None if folder is None else read_model_config(name, folder)
 
 
 def local_model_files(name: str, spec: dict, mirror: str = "") -> list[str]:
@@ -158,7 +155,7 @@ def build_manifest(name: str, spec: dict, mirror: str = "", resources: str = "re
     config = AutoConfig.from_pretrained(folder)
     architecture(config.model_type, f"model {name!r} ({model_id})")
     require_tokenizer(name, folder)
-    weights = sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES)
+    weights = weight_files(folder)
     if not weights:
         raise ModelNotFoundError(f"model {name!r}: no weight files in {folder}")
     return {
