@@ -1,28 +1,38 @@
 """Feed-forward split of a whole layer (Kobayashi et al. 2024): shared path integral vs per pair.
 
 Every route attributes the FF block's output at every query i to the parts z_ij of its input
-(the AttnResLn stage) with Integrated Gradients over the pre-activation (zero baseline, midpoint
-rule with `--steps` points, or the closed form), at BERT-base layer shapes (n 128, d 768,
-d_ff 3072, 12 heads, random weights, one sequence of a random X):
+(the AttnResLn stage) with Integrated Gradients over the pre-activations (zero baseline,
+midpoint rule with `--steps` points, or the closed form), on one random layer (random weights,
+one sequence of a random X) per model:
 
-obvious   per token pair (i, j): the pair's part through W_in, the IG path integral of query i
-          evaluated on its own (one batched forward and backward over the m path points, as
-          captum's IntegratedGradients does for one input), the product through W_out. Timed on
-          `--pairs` pairs and extrapolated linearly to all n^2 pairs (every pair costs the
-          same); its result is compared with attnscope's on those pairs.
+bert      BERT-base shapes: n 128, d 768, d_ff 3072, 12 heads; plain FF, GELU(x W_in) W_out.
+llama     Llama-3.2-1B shapes: n 128, d 2048, d_ff 8192, 32 query and 8 key-value heads of 64,
+          causal; gated FF, (SiLU(x W_gate) * x W_in) W_out (`gated_split`).
+
+Routes:
+
+obvious   per token pair (i, j): query i's IG path integral evaluated for this pair alone (one
+          batched forward and backward over the m path points, as captum's
+          IntegratedGradients does for one input: U(t) = tU for plain, G(t) = tG and U(t) = tU
+          for gated), then the pair's part through W_in (and W_gate), times the coefficients,
+          through W_out. Timed on `--pairs` pairs and extrapolated linearly to all n^2 pairs
+          (every pair costs the same); its result is compared with every route's on those
+          pairs (pairs with j <= i in a causal layer, the others being zero).
 parts     layer_decomposition.feed_forward_parts without the head factors: the path integral
-          once per query token, shared by every key j; z_ij W_in and the product with W_out as
-          batched matrix products over chunks of queries (no [n, n, d_ff] tensor). The route
-          before the head factors, kept as the ablation.
-factored  the same with the head factors (attnscope's route): z_ij W_in mixed from W_in applied
-          to the H n head vectors, n^2 H d_ff instead of n^2 d d_ff multiply-adds.
-closed    factored with `ig_steps = 0` (g(U)/U, exact completeness).
+          once per query token, shared by every key j; z_ij W_pre and the product with W_post
+          as batched matrix products over chunks of queries (no [n, n, d_ff] tensor). The
+          route before the head factors, kept as the ablation.
+factored  the same with the head factors (attnscope's route): z_ij W_pre mixed from W_pre
+          applied to the H n head vectors, n^2 H d_ff instead of n^2 d d_ff multiply-adds.
+closed    factored with `ig_steps = 0` (closed-form integrals, exact completeness); it differs
+          from the obvious route by the midpoint rule's error, not by rounding.
 
 Each attnscope route is timed `--repeats` times (median), in one run with the obvious route.
 Peak memory: the rise of the process's peak RSS (VmHWM, reset through /proc/self/clear_refs)
 over its RSS before one call of the factored route.
 
-Run: .venv/bin/python benchmarks/bench_mixing.py [--steps 50] [--pairs 128] [--repeats 5]
+Run: .venv/bin/python benchmarks/bench_mixing.py [--model {bert,llama}] [--steps 50]
+     [--pairs 128] [--repeats 5] [--n 128]   (without --model: both, one table each)
 """
 
 from __future__ import annotations
@@ -43,16 +53,42 @@ from attnscope.analyses.mixing.layer_decomposition import (  # noqa: E402
 )
 from attnscope.architectures import canonical_weights  # noqa: E402
 
+SHAPES = {
+    "bert": "BERT-base layer shapes: n {n}, d 768, d_ff 3072, 12 heads",
+    "llama": "Llama-3.2-1B layer shapes: n {n}, d 2048, d_ff 8192 (gated, SiLU), "
+    "32 query / 8 key-value heads, causal",
+}
 
-def ff_input_parts(n: int, seed: int = 0):
-    """A random BERT-base layer and its AttnResLn stage: parts [1, n, n, 768], bias [1, n, 768]
-    and the parts' factored form."""
-    from transformers import BertConfig, BertModel
 
+def random_model(name: str):
+    """A 1-layer `transformers` model with random weights at the shapes of `name`."""
+    if name == "bert":
+        from transformers import BertConfig, BertModel
+
+        return BertModel(BertConfig(num_hidden_layers=1, attn_implementation="eager"))
+    from transformers import LlamaConfig, LlamaModel
+
+    config = LlamaConfig(
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=1,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        hidden_act="silu",
+        vocab_size=256,  # the embeddings are never used: X is given
+        attn_implementation="eager",
+    )
+    return LlamaModel(config)
+
+
+def ff_input_parts(name: str, n: int, seed: int = 0):
+    """A random layer and its AttnResLn stage (what the FF block reads): parts [1, n, n, d],
+    bias [1, n, d] and the parts' factored form."""
     torch.manual_seed(seed)
-    config = BertConfig(num_hidden_layers=1, attn_implementation="eager")
-    layer = canonical_weights(BertModel(config).eval()).layers[0]
-    X = torch.randn(1, n, config.hidden_size)
+    model = random_model(name).eval()
+    layer = canonical_weights(model).layers[0]
+    X = torch.randn(1, n, model.config.hidden_size)
     mask = torch.ones(1, n, dtype=torch.long)
     with torch.no_grad():
         for stage in layer_stages(X, mask, layer):
@@ -63,13 +99,28 @@ def ff_input_parts(n: int, seed: int = 0):
 
 def obvious_pair(layer, parts, bias, i: int, j: int, steps: int) -> torch.Tensor:
     """The FF part of key j at query i, path integral evaluated for this pair alone.  [d]"""
-    U = parts[0, i].sum(0) @ layer.W_in + bias[0, i] @ layer.W_in + layer.b_in  # [d_ff]
-    alphas = (torch.arange(steps, dtype=U.dtype) + 0.5) / steps
-    path = (alphas[:, None] * U).requires_grad_(True)  # [m, d_ff]
-    (grad,) = torch.autograd.grad(layer.activation(path).sum(), path)
-    c = grad.mean(0)
-    u = parts[0, i, j] @ layer.W_in
-    return (u * c) @ layer.W_out
+    ff = layer.ff
+    h = parts[0, i].sum(0) + bias[0, i]  # query i's FF input
+    z = parts[0, i, j]
+    alphas = (torch.arange(steps, dtype=h.dtype) + 0.5) / steps
+    U = h @ ff.W_in + ff.b_in  # [d_ff]
+    path_U = (alphas[:, None] * U).requires_grad_(True)  # [m, d_ff]
+    if not ff.gated:
+        (grad_U,) = torch.autograd.grad(ff.activation(path_U).sum(), path_U)
+        return ((z @ ff.W_in) * grad_U.mean(0)) @ ff.W_out
+    G = h @ ff.W_gate + ff.b_gate
+    path_G = (alphas[:, None] * G).requires_grad_(True)
+    output = (ff.activation(path_G) * path_U).sum()
+    grad_G, grad_U = torch.autograd.grad(output, (path_G, path_U))
+    c_gate, c_in = grad_G.mean(0), grad_U.mean(0)  # U int t act'(tG) dt, int act(tG) dt
+    return ((z @ ff.W_gate) * c_gate + (z @ ff.W_in) * c_in) @ ff.W_out
+
+
+def sample_pairs(n: int, count: int, causal: bool) -> list[tuple[int, int]]:
+    """`count` random (query i, key j) pairs; j <= i when the layer is causal."""
+    generator = torch.Generator().manual_seed(0)
+    chosen = torch.randint(0, n, (count, 2), generator=generator).tolist()
+    return [(max(i, j), min(i, j)) if causal else (i, j) for i, j in chosen]
 
 
 def peak_rise_mib(run) -> float:
@@ -94,42 +145,53 @@ def median_seconds(run, repeats: int) -> float:
     return statistics.median(times)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=128)
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--pairs", type=int, default=128)
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
-    layer, parts, bias, factors = ff_input_parts(args.n)
+def benchmark(name: str, args) -> None:
+    """Time every route on one random layer of model `name` and print its table."""
+    layer, parts, bias, factors = ff_input_parts(name, args.n)
     n, m = args.n, args.steps
     routes = {
         f"parts ({m} steps)": lambda: feed_forward_parts(parts, bias, layer, m),
         f"factored ({m} steps)": lambda: feed_forward_parts(parts, bias, layer, m, factors),
         "closed (factored, ig_steps 0)": lambda: feed_forward_parts(parts, bias, layer, 0, factors),
     }
+    pairs = sample_pairs(n, args.pairs, layer.causal)
     with torch.no_grad():
         peak = peak_rise_mib(routes[f"factored ({m} steps)"])
-        seconds = {name: median_seconds(run, args.repeats) for name, run in routes.items()}
-        factored, _, _ = routes[f"factored ({m} steps)"]()
-        plain, _, _ = routes[f"parts ({m} steps)"]()
-    generator = torch.Generator().manual_seed(0)
-    chosen = torch.randint(0, n, (args.pairs, 2), generator=generator).tolist()
+        seconds = {route: median_seconds(run, args.repeats) for route, run in routes.items()}
+        on_pairs = {}
+        for route, run in routes.items():
+            out, _, _ = run()
+            on_pairs[route] = torch.stack([out[0, i, j] for i, j in pairs])
+            del out
     start = time.perf_counter()
-    obvious = [obvious_pair(layer, parts, bias, i, j, m) for i, j in chosen]
+    obvious = torch.stack([obvious_pair(layer, parts, bias, i, j, m) for i, j in pairs])
     obvious_pairs_s = time.perf_counter() - start
     obvious_s = obvious_pairs_s * n * n / args.pairs
-    reference = torch.stack([factored[0, i, j] for i, j in chosen])
-    on_pairs = float((torch.stack(obvious).detach() - reference).abs().max())
-    routes_apart = float((factored - plain).abs().max() / plain.abs().max())
-    print(f"BERT-base layer shapes: n {n}, d 768, d_ff 3072; IG steps {m} (midpoint)")
+    print(f"== {name}: {SHAPES[name].format(n=n)}; IG steps {m} (midpoint)")
     print(f"obvious (per pair, {m} steps): {obvious_pairs_s:.2f} s for {args.pairs} pairs")
     print(f"  -> extrapolated to {n * n} pairs: {obvious_s:.1f} s")
-    for name, s in seconds.items():
-        print(f"{name}: {s:.3f} s (median of {args.repeats}), {obvious_s / s:.0f}x faster")
+    if layer.causal:
+        causal_s = obvious_s * (n + 1) / (2 * n)
+        print(f"     (the {n * (n + 1) // 2} pairs with j <= i alone: {causal_s:.1f} s)")
+    for route, s in seconds.items():
+        print(f"{route}: {s:.3f} s (median of {args.repeats}), obvious / this {obvious_s / s:.1f}x")
     print(f"peak memory of the factored route: +{peak:.0f} MiB")
-    print(f"largest |difference| obvious vs factored on the timed pairs: {on_pairs:.2g}")
-    print(f"factored vs parts route, largest difference / largest value: {routes_apart:.2g}")
+    print(f"largest |obvious - route| / largest |obvious| on the {args.pairs} timed pairs:")
+    scale = obvious.abs().max()
+    for route, values in on_pairs.items():
+        print(f"  {route}: {float((obvious - values).abs().max() / scale):.2g}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(SHAPES), help="one model (default: both)")
+    parser.add_argument("--n", type=int, default=128)
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--pairs", type=int, default=128)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    for name in [args.model] if args.model else list(SHAPES):
+        benchmark(name, args)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ import importlib
 
 import pandas as pd
 
-from attnscope.core.plotting import save_figure
+from attnscope.core.plotting import save_figure, status_figure
+from attnscope.core.tables import is_not_applicable
 from attnscope.pipeline import runlog
 
 log = runlog.start(snakemake)
@@ -20,6 +21,11 @@ def read(paths):
 
 plots = importlib.import_module(f"attnscope.analyses.{figure['family']}.plots")
 tables = {name: read(paths) for name, paths in snakemake.input.items()}
-drawn = plots.FIGURES[figure["name"]](**tables, **figure["settings"])
+single = [table for table in tables.values() if isinstance(table, pd.DataFrame)]
+skipped = next((table for table in single if is_not_applicable(table)), None)
+if skipped is not None:  # e.g. a learned-position analysis of a rotary model
+    drawn = status_figure(skipped["status"].iloc[0], figure["settings"]["title"])
+else:
+    drawn = plots.FIGURES[figure["name"]](**tables, **figure["settings"])
 save_figure(drawn, snakemake.output.svg, snakemake.output.png)
 log.info("drew %s / %s", figure["family"], figure["name"])

@@ -1,10 +1,12 @@
 """The corpus-level position analyses: tr_t(A), spectra of X/Q/K, eigen-waves, xcov/xcorr, and
-the identity checks, in one streaming pass over the stored layer inputs."""
+the identity checks, in one streaming pass over the stored layer inputs. On a rotary model
+only tr_t(A) applies (the rest analyse the bilinear form x W^A x^T): its other tables say so."""
 
 from attnscope.analyses.position import scan as position_scan
 from attnscope.analyses.position.diagonals import select_heads
 from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates
+from attnscope.core.tables import not_applicable
 from attnscope.pipeline import runlog
 from attnscope.pipeline.models import open_model
 
@@ -18,28 +20,41 @@ loaded = open_model(
     hidden_states=snakemake.input.hidden_states,
 )
 manifest, weights, device = loaded.manifest, loaded.weights, loaded.device
+offsets = list(range(-params.t_max, params.t_max + 1))
 with HiddenStates(snakemake.input.hidden_states) as store:
     log.info("%s: %d sequences on %s", manifest["name"], store.n_sequences, device)
-    result = position_scan.scan(
-        store,
-        weights,
-        t_max=params.t_max,
-        xcorr_t_max=params.xcorr_t_max,
-        include_bias=params.include_bias,
-        batch_size=params.batch_size,
-        device=device,
-        log=log,
-    )
-heads = select_heads(position_scan.mean_trt(result), result.offsets, params.heads)
-log.info("heads for g(f, theta) and xcorr (layer, head): %s", heads)
-write_table(position_scan.identity_table(result), output.identity)
-write_table(position_scan.xcov_sum_table(result), output.xcov_sum)
-name, worst = result.worst_identity()
-log.info("largest relative identity residual: %s %.3g", name, worst)
-if worst > position_scan.IDENTITY_TOLERANCE:
-    raise RuntimeError(f"identity {name} fails: relative residual {worst:.3g}")
-write_table(position_scan.trt_table(result), output.trt)
-write_table(position_scan.spectra_table(result), output.spectra)
-write_table(position_scan.shifts_table(result), output.shifts)
-write_table(position_scan.g_map_table(result, heads), output.g_map)
-write_table(position_scan.xcorr_table(result, heads), output.xcorr)
+    if weights.rotary:
+        trt = position_scan.scan_trt(
+            store, weights, t_max=params.t_max, batch_size=params.batch_size, device=device
+        )
+    else:
+        result = position_scan.scan(
+            store,
+            weights,
+            t_max=params.t_max,
+            xcorr_t_max=params.xcorr_t_max,
+            include_bias=params.include_bias,
+            batch_size=params.batch_size,
+            device=device,
+            log=log,
+        )
+        trt = result.trt
+if weights.rotary:
+    log.info("rotary model: only tr_t(A) applies")
+    skipped = not_applicable("rotary model (scores are not x W^A x^T)")
+    for name in ("identity", "xcov_sum", "spectra", "shifts", "g_map", "xcorr"):
+        write_table(skipped, output[name])
+else:
+    heads = select_heads(position_scan.mean_trt(result), result.offsets, params.heads)
+    log.info("heads for g(f, theta) and xcorr (layer, head): %s", heads)
+    write_table(position_scan.identity_table(result), output.identity)
+    write_table(position_scan.xcov_sum_table(result), output.xcov_sum)
+    name, worst = result.worst_identity()
+    log.info("largest relative identity residual: %s %.3g", name, worst)
+    if worst > position_scan.IDENTITY_TOLERANCE:
+        raise RuntimeError(f"identity {name} fails: relative residual {worst:.3g}")
+    write_table(position_scan.spectra_table(result), output.spectra)
+    write_table(position_scan.shifts_table(result), output.shifts)
+    write_table(position_scan.g_map_table(result, heads), output.g_map)
+    write_table(position_scan.xcorr_table(result, heads), output.xcorr)
+write_table(position_scan.trt_table(trt, offsets), output.trt)

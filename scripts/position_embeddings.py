@@ -1,4 +1,5 @@
-"""Spectra and PCA of a model's position embeddings, with the word-embedding control."""
+"""Spectra and PCA of a model's position embeddings, with the word-embedding control
+("not applicable" tables for a rotary model, which has none)."""
 
 import h5py
 
@@ -8,24 +9,29 @@ from attnscope.analyses.position.embeddings import (
     pca_cumulative_variance,
 )
 from attnscope.core.files import write_table
+from attnscope.core.tables import not_applicable
 from attnscope.pipeline import runlog
 from attnscope.pipeline.models import open_model
 
 log = runlog.start(snakemake)
 loaded = open_model(snakemake.input.manifest)
 manifest, weights = loaded.manifest, loaded.weights
-with h5py.File(snakemake.input.encoded, "r") as f:
-    pieces = first_full_input(f["input_ids"][()], f["attention_mask"][()])
-log.info(
-    "%s: position embeddings %s, control input of %d pieces",
-    manifest["name"],
-    tuple(weights.position_embeddings.shape),
-    len(pieces),
-)
-spectra = embedding_spectra(weights.position_embeddings, weights.word_embeddings, pieces)
+if weights.rotary:
+    log.info("%s is a rotary model: no position embeddings", manifest["name"])
+    spectra = pca = not_applicable("rotary model (no position embeddings)")
+else:
+    with h5py.File(snakemake.input.encoded, "r") as f:
+        pieces = first_full_input(f["input_ids"][()], f["attention_mask"][()])
+    log.info(
+        "%s: position embeddings %s, control input of %d pieces",
+        manifest["name"],
+        tuple(weights.position_embeddings.shape),
+        len(pieces),
+    )
+    spectra = embedding_spectra(weights.position_embeddings, weights.word_embeddings, pieces)
+    pca = pca_cumulative_variance(weights.position_embeddings)
+    for k in (4, 12):
+        if k <= len(pca):
+            log.info("cumulative variance at %d components: %.4f", k, pca.cumulative_variance[k - 1])
 write_table(spectra, snakemake.output.spectrum)
-pca = pca_cumulative_variance(weights.position_embeddings)
 write_table(pca, snakemake.output.pca)
-for k in (4, 12):
-    if k <= len(pca):
-        log.info("cumulative variance at %d components: %.4f", k, pca.cumulative_variance[k - 1])

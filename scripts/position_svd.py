@@ -1,4 +1,5 @@
-"""Singular values of W^A = W^Q (W^K)^T and eigen-angles of R = (U^Q)^T U^K for every head."""
+"""Singular values of W^A = W^Q (W^K)^T and eigen-angles of R = (U^Q)^T U^K for every head
+("not applicable" tables for a rotary model, whose scores are not x W^A x^T)."""
 
 import pandas as pd
 
@@ -8,17 +9,23 @@ from attnscope.analyses.position.bilinear import (
     wa_singular_value_table,
 )
 from attnscope.core.files import write_table
+from attnscope.core.tables import not_applicable
 from attnscope.pipeline import runlog
 from attnscope.pipeline.models import open_model
 
 log = runlog.start(snakemake)
 include_bias = snakemake.params.include_bias
 weights = open_model(snakemake.input.manifest, log=log).weights
-singular, angles = [], []
-for l, layer in enumerate(weights.layers):
-    form = bilinear_form(layer, include_bias)
-    singular.append(wa_singular_value_table(form, l + 1))
-    angles.append(rotation_table(form, l + 1))
-    log.info("layer %d: largest singular value %.4g", l + 1, float(form.S.max()))
-write_table(pd.concat(singular), snakemake.output.singular_values)
-write_table(pd.concat(angles), snakemake.output.angles)
+if weights.rotary:
+    log.info("rotary model: q and k turn with position, W^A is not the score's form")
+    singular = angles = not_applicable("rotary model (scores are not x W^A x^T)")
+else:
+    singular, angles = [], []
+    for l, layer in enumerate(weights.layers):
+        form = bilinear_form(layer, include_bias)
+        singular.append(wa_singular_value_table(form, l + 1))
+        angles.append(rotation_table(form, l + 1))
+        log.info("layer %d: largest singular value %.4g", l + 1, float(form.S.max()))
+    singular, angles = pd.concat(singular), pd.concat(angles)
+write_table(singular, snakemake.output.singular_values)
+write_table(angles, snakemake.output.angles)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -47,18 +49,95 @@ def tiny_config(family: str):
             embd_pdrop=0.0,
             attn_pdrop=0.0,
         )
+    if family in DECODERS:
+        return tiny_decoder_config(family)
     raise ValueError(family)
 
 
+# Every rotary decoder type attnscope supports; `tiny_decoder_config` sets what each takes
+DECODERS = (
+    "llama",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "gemma",
+    "gemma2",
+    "gemma3_text",
+    "olmo2",
+    "granite",
+    "smollm3",
+    "phi3",
+    "mixtral",
+)
+WINDOW = 4  # sliding windows shorter than the tiny batches, so that they take effect
+
+
+def tiny_decoder_config(model_type: str):
+    """A 2-layer decoder with grouped-query attention (4 query heads, 2 key/value heads),
+    biases where the type allows them, a short sliding window on the types that have one,
+    soft-capping on, and every other switch of the type set so that it takes effect."""
+    from transformers import AutoConfig
+
+    settings = dict(
+        vocab_size=TINY["vocab"],
+        hidden_size=TINY["hidden"],
+        intermediate_size=TINY["ff"],
+        num_hidden_layers=TINY["layers"],
+        num_attention_heads=TINY["heads"],
+        num_key_value_heads=2,
+        head_dim=TINY["hidden"] // TINY["heads"],
+        max_position_embeddings=TINY["positions"],
+        pad_token_id=0,
+        bos_token_id=2,
+        eos_token_id=3,
+        tie_word_embeddings=False,
+    )
+    two_kinds = ["sliding_attention", "full_attention"]
+    extra = {
+        "llama": dict(attention_bias=True, mlp_bias=True),
+        "mistral": dict(sliding_window=WINDOW),
+        "qwen2": dict(use_sliding_window=True, sliding_window=WINDOW, layer_types=two_kinds),
+        "qwen3": dict(use_sliding_window=True, sliding_window=WINDOW, layer_types=two_kinds),
+        "gemma": dict(hidden_activation="gelu_pytorch_tanh"),
+        "gemma2": dict(
+            sliding_window=WINDOW,
+            layer_types=two_kinds,
+            attn_logit_softcapping=2.0,
+            final_logit_softcapping=5.0,
+            query_pre_attn_scalar=12,
+        ),
+        "gemma3_text": dict(sliding_window=WINDOW, layer_types=two_kinds, query_pre_attn_scalar=12),
+        "olmo2": dict(attention_bias=True),
+        "granite": dict(
+            embedding_multiplier=3.0,
+            residual_multiplier=0.5,
+            attention_multiplier=0.2,
+            logits_scaling=2.0,
+            attention_bias=True,
+            mlp_bias=True,
+        ),
+        "smollm3": dict(
+            no_rope_layers=[1, 0], use_sliding_window=True, sliding_window=WINDOW,
+            layer_types=two_kinds,
+        ),
+        "phi3": dict(sliding_window=WINDOW),
+        "mixtral": dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=WINDOW),
+    }[model_type]
+    return AutoConfig.for_model(model_type, **{**settings, **extra})
+
+
 def tiny_model(family: str, seed: int = 0, head: str = "base"):
-    """A tiny random model in eval mode with eager attention (head: base or mlm)."""
+    """A tiny random model in eval mode with eager attention (head: base, mlm or causal)."""
     from transformers import AutoModel, AutoModelForMaskedLM
 
     torch.manual_seed(seed)
     config = tiny_config(family)
     config._attn_implementation = "eager"
     cls = AutoModelForMaskedLM if head == "mlm" else AutoModel
-    model = cls.from_config(config, attn_implementation="eager")
+    if head == "causal":
+        from transformers import AutoModelForCausalLM as cls
+    kwargs = {"experts_implementation": "eager"} if family == "mixtral" else {}
+    model = cls.from_config(config, attn_implementation="eager", **kwargs)
     # Random LayerNorm and bias values, so that no term of a decomposition hides at 0/1.
     with torch.no_grad():
         for p in model.parameters():
@@ -146,3 +225,52 @@ def write_tiny_model_run(tmp_path, family: str, batch: int = 4, length: int = 16
     store = tmp_path / f"{family}-hidden_states.h5"
     extract(model, encoded, store, batch_size=3, device="cpu", attrs=manifest_attrs(manifest))
     return store, model, tmp_path / "manifest.json"
+
+
+WIKITEXT = Path(__file__).resolve().parents[2] / "shared" / "data" / "wikitext-2" / "test.txt"
+DECODER_SPECIALS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>"}
+
+
+def train_bpe_tokenizer(folder: Path, vocab_size: int = 600):
+    """A byte-level BPE trained on the mirrored WikiText-2 test split (its first 2,000 lines),
+    with <pad>, <s> (BOS) and </s> (EOS) as Llama-family tokenizers have them, saved into
+    `folder` (tokenizer.json, tokenizer_config.json) and returned. Byte-level: no text is
+    unknown to it."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    lines = WIKITEXT.read_text(encoding="utf-8").splitlines()[:2000]
+    bpe = Tokenizer(models.BPE())
+    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    bpe.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(DECODER_SPECIALS.values()),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    bpe.train_from_iterator(lines, trainer)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, **DECODER_SPECIALS)
+    tokenizer.save_pretrained(folder)
+    return tokenizer
+
+
+def write_tiny_decoder_folder(folder: Path, model_type: str, seed: int = 0) -> Path:
+    """A tiny random decoder of `model_type` (`tiny_decoder_config`, 512 positions) with the
+    BPE tokenizer, saved like a local model folder, its norm weights and biases randomised."""
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = train_bpe_tokenizer(folder)
+    config = tiny_decoder_config(model_type)
+    config.vocab_size = len(tokenizer)
+    config.max_position_embeddings = 512
+    for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        setattr(config, name, getattr(tokenizer, name))
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(folder)
+    return folder

@@ -96,9 +96,9 @@ def test_head_factors_rebuild_the_parts_and_the_ff_split(tmp_path, family):
         n, d = parts.shape[2], parts.shape[3]
         identity = factors.times(torch.eye(d, dtype=parts.dtype))
         assert torch.allclose(identity(0, n).transpose(1, 2), parts, atol=1e-5, rtol=1e-5)
-        into_ff = factors.times(layer.W_in)
+        into_ff = factors.times(layer.ff.W_in)
         for i0, i1 in [(0, 1), (1, 4), (3, n)]:
-            want = parts[:, i0:i1].transpose(1, 2) @ layer.W_in
+            want = parts[:, i0:i1].transpose(1, 2) @ layer.ff.W_in
             assert torch.allclose(into_ff(i0, i1), want, atol=1e-5, rtol=1e-4), (family, i0)
         plain = feed_forward_parts(parts, stage.bias, layer, 3)
         factored = feed_forward_parts(parts, stage.bias, layer, 3, factors)
@@ -164,7 +164,8 @@ def test_stages_rebuild_outputs_with_every_activation(tmp_path, name):
 
     path, model = write_tiny_store(tmp_path, "bert")
     weights = canonical_weights(model)
-    layer = dataclasses.replace(weights.layers[0], activation=activation_of(name))
+    ff = dataclasses.replace(weights.layers[0].ff, activation=activation_of(name))
+    layer = dataclasses.replace(weights.layers[0], ff=ff)
     with HiddenStates(path) as store:
         X = torch.from_numpy(store.hidden(0))
         mask = torch.from_numpy(store.attention_mask.astype(np.int64))

@@ -187,7 +187,7 @@ def test_rotation_angle_gives_the_built_in_shift_and_trt_peaks_at_minus_one(tmp_
     summed = position_scan.xcov_sum_table(result).query("layer == 1 and head == 1")
     assert summed.t.iloc[int(summed.sum_s_xcov.argmax())] == -SHIFT
     assert select_heads(mean, result.offsets, [])[0] == (1, 1)
-    shares, centres = cluster_profiles(position_scan.trt_table(result), n_clusters=3, seed=0)
+    shares, centres = cluster_profiles(position_scan.trt_table(result.trt, result.offsets), n_clusters=3, seed=0)
     own = shares.query("layer == 1 and head == 1").sort_values("share").cluster.iloc[-1]
     centre = centres[centres.cluster == own]
     assert centre.t.iloc[int(centre.value.argmax())] == -SHIFT
@@ -226,7 +226,7 @@ def test_scan_matches_transformers_attention(tmp_path, family):
     assert tables["spectra"].frequency.max() == window // 2
     assert (tables["g_map"].frequency > 0).all() and set(tables["g_map"].wave) == {"Q", "K"}
     assert np.allclose(tables["xcov_sum"].sum_s_xcov, tables["xcov_sum"].trt_qsk, atol=1e-8)
-    shares, centres = cluster_profiles(position_scan.trt_table(result), n_clusters=6, seed=0)
+    shares, centres = cluster_profiles(position_scan.trt_table(result.trt, result.offsets), n_clusters=6, seed=0)
     assert np.allclose(shares.groupby(["layer", "head"]).share.sum(), 1)
     with pytest.raises(ValueError, match="outside"):
         select_heads(position_scan.mean_trt(result), result.offsets, [[3, 1]])
@@ -240,7 +240,7 @@ def test_every_figure_draws(tmp_path):
     heads = select_heads(position_scan.mean_trt(result), result.offsets, [])
     spectrum = embedding_spectra(weights.position_embeddings, weights.word_embeddings, np.arange(9))
     forms = [(bilinear_form(layer), l + 1) for l, layer in enumerate(weights.layers)]
-    shares, centres = cluster_profiles(position_scan.trt_table(result), 6, 0)
+    shares, centres = cluster_profiles(position_scan.trt_table(result.trt, result.offsets), 6, 0)
 
     tables = {
         "pe_spectrum": {"pe_spectrum": spectrum},

@@ -79,16 +79,22 @@ def split_heads_out(weight: torch.Tensor, n_heads: int) -> torch.Tensor:
     return weight.reshape(n_heads, hd // n_heads, d).contiguous()
 
 
-def additive_mask(mask: torch.Tensor, causal: bool, dtype: torch.dtype) -> torch.Tensor:
+def additive_mask(
+    mask: torch.Tensor, causal: bool, dtype: torch.dtype, window: int | None = None
+) -> torch.Tensor:
     """The [B, 1, n, n] additive mask a `transformers` attention module takes, built here
     independently of `attnscope.core.attention` so that checks against the module stay
-    independent: 0 where query i may see key j, the dtype's minimum elsewhere."""
+    independent: 0 where query i may see key j (j <= i when causal, i - j < window within a
+    sliding window), the dtype's minimum elsewhere."""
     import torch
 
     n = mask.shape[-1]
     visible = mask[:, None, None, :].bool()
     if causal:
         visible = visible & torch.ones(n, n, dtype=torch.bool, device=mask.device).tril()
+    if window is not None:
+        i, j = torch.arange(n, device=mask.device)[:, None], torch.arange(n, device=mask.device)
+        visible = visible & (i - j < window)
     additive = torch.zeros(visible.shape, dtype=dtype, device=mask.device)
     return additive.masked_fill(~visible, torch.finfo(dtype).min)
 

@@ -19,7 +19,7 @@ from attnscope.architectures.base import (
     split_heads_in,
     split_heads_out,
 )
-from attnscope.core.canonical import CanonicalLayer, CanonicalModel
+from attnscope.core.canonical import CanonicalLayer, CanonicalModel, FeedForward
 
 if TYPE_CHECKING:
     import torch
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 ROBERTA_POSITIONS = ("roberta", "xlm-roberta", "camembert")
 
 
-def _layer(layer, config, activation) -> CanonicalLayer:
+def _layer(layer, config, activation, activation_name: str) -> CanonicalLayer:
     H = config.num_attention_heads
     self_attn = layer.attention.self
     d_head = config.hidden_size // H
@@ -42,11 +42,14 @@ def _layer(layer, config, activation) -> CanonicalLayer:
         b_O=layer.attention.output.dense.bias.detach(),
         ln_attn=layer_norm(layer.attention.output.LayerNorm),
         ln_ff=layer_norm(layer.output.LayerNorm),
-        W_in=layer.intermediate.dense.weight.detach().T.contiguous(),
-        b_in=layer.intermediate.dense.bias.detach(),
-        W_out=layer.output.dense.weight.detach().T.contiguous(),
-        b_out=layer.output.dense.bias.detach(),
-        activation=activation,
+        ff=FeedForward(
+            W_in=layer.intermediate.dense.weight.detach().T.contiguous(),
+            b_in=layer.intermediate.dense.bias.detach(),
+            W_out=layer.output.dense.weight.detach().T.contiguous(),
+            b_out=layer.output.dense.bias.detach(),
+            activation=activation,
+            activation_name=activation_name,
+        ),
         pre_ln=False,
         causal=False,
         scale=d_head**-0.5,
@@ -70,7 +73,7 @@ def canonical_weights(model) -> CanonicalModel:
     return CanonicalModel(
         family="bert",
         model_type=config.model_type,
-        layers=[_layer(lay, config, activation) for lay in core.encoder.layer],
+        layers=[_layer(lay, config, activation, config.hidden_act) for lay in core.encoder.layer],
         word_embeddings=emb.word_embeddings.weight.detach(),
         position_embeddings=positions,
         token_type_embeddings=emb.token_type_embeddings.weight.detach(),

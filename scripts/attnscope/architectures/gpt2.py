@@ -19,13 +19,14 @@ from attnscope.architectures.base import (
     split_heads_in,
     split_heads_out,
 )
-from attnscope.core.canonical import CanonicalLayer, CanonicalModel
+from attnscope.core.canonical import CanonicalLayer, CanonicalModel, FeedForward
 
 if TYPE_CHECKING:
     import torch
 
 
 def _layer(block, config, activation, index: int) -> CanonicalLayer:
+    activation_name = config.activation_function
     H = config.n_head
     d = config.n_embd
     W_qkv = block.attn.c_attn.weight.detach()  # Conv1D: [d, 3d], already x @ W
@@ -44,11 +45,14 @@ def _layer(block, config, activation, index: int) -> CanonicalLayer:
         b_O=block.attn.c_proj.bias.detach(),
         ln_attn=layer_norm(block.ln_1),
         ln_ff=layer_norm(block.ln_2),
-        W_in=block.mlp.c_fc.weight.detach(),
-        b_in=block.mlp.c_fc.bias.detach(),
-        W_out=block.mlp.c_proj.weight.detach(),
-        b_out=block.mlp.c_proj.bias.detach(),
-        activation=activation,
+        ff=FeedForward(
+            W_in=block.mlp.c_fc.weight.detach(),
+            b_in=block.mlp.c_fc.bias.detach(),
+            W_out=block.mlp.c_proj.weight.detach(),
+            b_out=block.mlp.c_proj.bias.detach(),
+            activation=activation,
+            activation_name=activation_name,
+        ),
         pre_ln=True,
         causal=True,
         scale=scale,

@@ -4,8 +4,10 @@ Shapes: X [B, n, d] (the hidden state layer l reads, `hidden/{l}` of the store),
 mask [B, n] (1 = real token), alpha [B, H, n, n] (query i, key j), values
 f^h(x_j) [B, H, n, d].
 
-For pre-LN models (GPT-2) the attention block reads LN(X); `attention_input` applies it,
-so "x" in f(x) is always what the attention block actually reads.
+For pre-LN models the attention block reads its norm of X; `attention_input` applies it,
+so "x" in f(x) is always what the attention block actually reads. Queries and keys follow the
+module: projection, QK-norm, rotation by position; keys and values of a grouped-query model
+are shared by the query heads of their group (returned repeated, one per query head).
 """
 
 from __future__ import annotations
@@ -16,54 +18,95 @@ from attnscope.core.canonical import CanonicalLayer
 
 
 def attention_input(X: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
-    """What the attention block reads: LN(X) for pre-LN, X for post-LN.  [B, n, d]"""
-    return layer.ln_attn(X) if layer.pre_ln else X
+    """What the attention block reads: its norm of X for pre-LN (X itself where it has none,
+    OLMo-2), X for post-LN.  [B, n, d]"""
+    return layer.ln_attn(X) if layer.pre_ln and layer.ln_attn is not None else X
 
 
-def queries_keys(X: torch.Tensor, layer: CanonicalLayer):
-    """Per-head queries and keys, biases included.  Each [B, H, n, d']."""
+def repeat_kv(t: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
+    """Key/value heads repeated for the query heads that share them.  [B, H_kv, ...] -> [B, H, ...]"""
+    groups = layer.n_heads // layer.n_kv_heads
+    return t if groups == 1 else t.repeat_interleave(groups, dim=1)
+
+
+def _project(x: torch.Tensor, W: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """x [B, n, d] -> heads [B, H, n, d']."""
+    return torch.einsum("bnd,hde->bhne", x, W) + b[None, :, None, :]
+
+
+def _qk_norm(t: torch.Tensor, norm, whole: bool) -> torch.Tensor:
+    """QK-norm per head ([d'] weights) or over the whole projection ([H d'] weights)."""
+    if norm is None:
+        return t
+    if not whole:
+        return norm(t)
+    B, H, n, e = t.shape
+    flat = t.transpose(1, 2).reshape(B, n, H * e)
+    return norm(flat).reshape(B, n, H, e).transpose(1, 2)
+
+
+def queries_keys(X: torch.Tensor, layer: CanonicalLayer, rotate: bool = True):
+    """Per-head queries and keys as the scores read them: biases, QK-norm and (`rotate`) the
+    rotation by position included; keys repeated per query head.  Each [B, H, n, d']."""
     x = attention_input(X, layer)
-    q = torch.einsum("bnd,hde->bhne", x, layer.W_Q) + layer.b_Q[None, :, None, :]
-    k = torch.einsum("bnd,hde->bhne", x, layer.W_K) + layer.b_K[None, :, None, :]
-    return q, k
+    q = _qk_norm(_project(x, layer.W_Q, layer.b_Q), layer.q_norm, layer.qk_norm_whole)
+    k = _qk_norm(_project(x, layer.W_K, layer.b_K), layer.k_norm, layer.qk_norm_whole)
+    if rotate and layer.rotary is not None:
+        q, k = layer.rotary.rotate(q), layer.rotary.rotate(k)
+    return q, repeat_kv(k, layer)
 
 
-def visible_pairs(mask: torch.Tensor, causal: bool) -> torch.Tensor:
-    """Whether query i sees key j: both real tokens, and j <= i when causal.  [B, n] -> [B, n, n]"""
+def visible_pairs(
+    mask: torch.Tensor, causal: bool, sliding_window: int | None = None
+) -> torch.Tensor:
+    """Whether query i sees key j: both real tokens, j <= i when causal, and i - j < w within a
+    sliding window w.  [B, n] -> [B, n, n]"""
     real = mask.bool()
     pairs = real[:, :, None] & real[:, None, :]
+    n = mask.shape[-1]
     if causal:
-        n = mask.shape[-1]
         pairs &= torch.ones(n, n, dtype=torch.bool, device=mask.device).tril()
+    if sliding_window is not None:
+        pairs &= torch.ones(n, n, dtype=torch.bool, device=mask.device).triu(1 - sliding_window)
     return pairs
 
 
-def additive_mask(mask: torch.Tensor, causal: bool, dtype: torch.dtype) -> torch.Tensor:
+def layer_visible_pairs(mask: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
+    """`visible_pairs` for one layer's mask (causal, sliding window).  [B, n] -> [B, n, n]"""
+    return visible_pairs(mask, layer.causal, layer.sliding_window)
+
+
+def additive_mask(mask: torch.Tensor, causal: bool, dtype: torch.dtype, window=None):
     """[B, 1, n, n] additive mask: 0 where key j is visible to query i, dtype min elsewhere."""
-    n = mask.shape[-1]
-    visible = mask[:, None, None, :].bool()
-    if causal:
-        lower = torch.ones(n, n, dtype=torch.bool, device=mask.device).tril()
-        visible = visible & lower[None, None]
+    visible = visible_pairs(torch.ones_like(mask), causal, window) & mask[:, None, :].bool()
     zero = torch.zeros((), dtype=dtype, device=mask.device)
-    return torch.where(visible, zero, torch.finfo(dtype).min)
+    return torch.where(visible[:, None], zero, torch.finfo(dtype).min)
+
+
+def attention_scores(X: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
+    """The logits before the mask: q_i k_j^T * scale, soft-capped where the model caps.
+    [B, H, n, n]"""
+    q, k = queries_keys(X, layer)
+    scores = torch.einsum("bhie,bhje->bhij", q, k) * layer.scale
+    if layer.softcap is not None:
+        scores = torch.tanh(scores / layer.softcap) * layer.softcap
+    return scores
 
 
 def attention_probs(X: torch.Tensor, mask: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
-    """alpha^h_ij = softmax_j(q_i k_j^T * scale) over visible keys.  [B, H, n, n]
+    """alpha^h_ij = softmax_j(scores_ij) over visible keys.  [B, H, n, n]
 
     Rows of padding queries are defined but meaningless; ignore them with `mask`.
     """
-    q, k = queries_keys(X, layer)
-    scores = torch.einsum("bhie,bhje->bhij", q, k) * layer.scale
-    scores = scores + additive_mask(mask, layer.causal, scores.dtype)
+    scores = attention_scores(X, layer)
+    scores = scores + additive_mask(mask, layer.causal, scores.dtype, layer.sliding_window)
     return torch.softmax(scores, dim=-1)
 
 
 def value_vectors(X: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
-    """f^h(x_j) = (x_j W_V^h + b_V^h) W_O^h, the vector head h moves from token j.  [B, H, n, d]"""
-    x = attention_input(X, layer)
-    v = torch.einsum("bnd,hde->bhne", x, layer.W_V) + layer.b_V[None, :, None, :]
+    """f^h(x_j) = (x_j W_V^h + b_V^h) W_O^h, the vector head h moves from token j (W_V of its
+    key/value head).  [B, H, n, d]"""
+    v = repeat_kv(_project(attention_input(X, layer), layer.W_V, layer.b_V), layer)
     return torch.einsum("bhne,hed->bhnd", v, layer.W_O)
 
 
@@ -72,16 +115,32 @@ def attention_output(alpha: torch.Tensor, fx: torch.Tensor, layer: CanonicalLaye
     return torch.einsum("bhij,bhjd->bid", alpha, fx) + layer.b_O
 
 
+def _post(norm, y: torch.Tensor) -> torch.Tensor:
+    return y if norm is None else norm(y)
+
+
+def _pre(norm, x: torch.Tensor) -> torch.Tensor:
+    return x if norm is None else norm(x)
+
+
+def attention_block(X: torch.Tensor, mask: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
+    """What the attention block adds to the residual stream: y, or post_attn(y).  [B, n, d]"""
+    y = attention_output(attention_probs(X, mask, layer), value_vectors(X, layer), layer)
+    return _post(layer.post_attn, y)
+
+
 def feed_forward(h: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
-    """FF(h) = act(h W_in + b_in) W_out + b_out.  [B, n, d]"""
-    return layer.activation(h @ layer.W_in + layer.b_in) @ layer.W_out + layer.b_out
+    """FF(h) as the layer's feed-forward computes it (no norms).  [B, n, d]"""
+    return layer.ff(h)
 
 
 def layer_forward(X: torch.Tensor, mask: torch.Tensor, layer: CanonicalLayer):
     """The whole layer recomputed from canonical weights: X_l -> X_{l+1}.  [B, n, d]"""
-    y = attention_output(attention_probs(X, mask, layer), value_vectors(X, layer), layer)
+    a = attention_block(X, mask, layer)
+    if layer.parallel:
+        return X + a + _post(layer.post_ff, layer.ff(_pre(layer.ln_ff, X)))
     if layer.pre_ln:
-        h = X + y
-        return h + feed_forward(layer.ln_ff(h), layer)
-    h = layer.ln_attn(X + y)
-    return layer.ln_ff(h + feed_forward(h, layer))
+        h = X + a
+        return h + _post(layer.post_ff, layer.ff(_pre(layer.ln_ff, h)))
+    h = layer.ln_attn(X + a)
+    return layer.ln_ff(h + layer.ff(h))

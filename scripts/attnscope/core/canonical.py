@@ -3,10 +3,15 @@
 Analyses never touch `transformers` modules directly: they read a `CanonicalModel`, whose
 tensors follow one convention for every family (row vectors, x @ W):
 
-    W_Q, W_K, W_V  [H, d, d']    b_Q, b_K, b_V  [H, d']
-    W_O            [H, d', d]    b_O            [d]
-    W_in           [d, d_ff]     b_in           [d_ff]
-    W_out          [d_ff, d]     b_out          [d]
+    W_Q            [H, d, d']      b_Q            [H, d']
+    W_K, W_V       [H_kv, d, d']   b_K, b_V       [H_kv, d']   (H_kv < H: grouped-query)
+    W_O            [H, d', d]      b_O            [d]
+    feed-forward   `FeedForward` (plain or gated) or `MixtureOfExperts`
+
+Query head h reads key/value head h // (H / H_kv) (`CanonicalLayer.kv_head`). Norms are
+`CanonicalLayerNorm` whether LayerNorm or RMSNorm (`centred`), with any (1 + w) weight
+already folded into gamma. Multipliers a family applies outside these weights (Granite's
+residual multiplier) are folded into W_O, b_O and the feed-forward's output weights.
 
 Each module of `attnscope.architectures` builds these from one family's `transformers` modules.
 """
@@ -14,34 +19,217 @@ Each module of `attnscope.architectures` builds these from one family's `transfo
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch is imported where tensors are made: the registry is read without it
     import torch
 
+Activation = Callable[["torch.Tensor"], "torch.Tensor"]
+
 
 @dataclass(frozen=True)
 class CanonicalLayerNorm:
-    gamma: torch.Tensor  # [d]
-    beta: torch.Tensor  # [d]
+    """LayerNorm (`centred`: gamma (x - mean) / sqrt(var + eps) + beta) or RMSNorm (not
+    centred: gamma x / sqrt(mean(x^2) + eps) + beta, beta zero). gamma, beta [d]."""
+
+    gamma: torch.Tensor
+    beta: torch.Tensor
     eps: float
+    centred: bool = True
+
+    def scale(self, x: torch.Tensor) -> torch.Tensor:
+        """The per-vector divisor s over the last axis.  [..., d] -> [..., 1]"""
+        if self.centred:
+            return (x.var(-1, unbiased=False, keepdim=True) + self.eps).sqrt()
+        return (x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt()
+
+    def centre(self, x: torch.Tensor) -> torch.Tensor:
+        """x minus its mean over the last axis (LayerNorm), x itself (RMSNorm)."""
+        return x - x.mean(-1, keepdim=True) if self.centred else x
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        from torch.nn.functional import layer_norm
+        import torch
 
-        return layer_norm(x, x.shape[-1:], self.gamma, self.beta, self.eps)
+        if self.centred:
+            return torch.nn.functional.layer_norm(
+                x, x.shape[-1:], self.gamma, self.beta, self.eps
+            )
+        return self.gamma * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+@dataclass(frozen=True)
+class Rotary:
+    """Rotary position embedding of one layer: the first `dims` dimensions of every query and
+    key head turn by angle position * inv_freq[b] in band b (`dims` / 2 bands). Pairs are
+    (b, b + dims/2) (`interleaved` False, Llama's rotate_half) or (2b, 2b + 1) (True, Cohere).
+    cos and sin are multiplied by `scaling` (the rope type's attention factor). The angles are
+    computed in float32, as the models compute them, unless the input is float64."""
+
+    inv_freq: torch.Tensor  # [dims / 2]
+    dims: int
+    interleaved: bool = False
+    scaling: float = 1.0
+
+    def cos_sin(self, n: int, dtype, device) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin per position and rotated dimension, positions 0..n-1.  Each [n, dims]"""
+        import torch
+
+        work = torch.float64 if dtype == torch.float64 else torch.float32
+        positions = torch.arange(n, device=device, dtype=work)
+        angles = positions[:, None] * self.inv_freq.to(device=device, dtype=work)[None]
+        if self.interleaved:
+            angles = angles.repeat_interleave(2, dim=-1)
+        else:
+            angles = torch.cat([angles, angles], dim=-1)
+        cos, sin = angles.cos() * self.scaling, angles.sin() * self.scaling
+        return cos.to(dtype), sin.to(dtype)
+
+    def partner(self, x: torch.Tensor) -> torch.Tensor:
+        """The rotation's partner of every rotated dimension, signed.  [..., dims]"""
+        import torch
+
+        if self.interleaved:
+            return torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).flatten(-2)
+        half = self.dims // 2
+        return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+    def rotate(self, x: torch.Tensor) -> torch.Tensor:
+        """Heads rotated by their position (axis -2).  x [B, H, n, d'] -> same shape."""
+        import torch
+
+        cos, sin = self.cos_sin(x.shape[-2], x.dtype, x.device)
+        turned, kept = x[..., : self.dims], x[..., self.dims :]
+        return torch.cat([turned * cos + self.partner(turned) * sin, kept], dim=-1)
+
+
+@dataclass(frozen=True)
+class Linearised:
+    """A feed-forward block linearised around one batch by Integrated Gradients: for parts
+    z_p of its input h = sum_p z_p (bias part included), the output is exactly
+
+        FF(h) = sum_p ((z_p W_pre) * c) W_post + b_out,
+
+    with c [B, n, m] the per-token coefficients (they depend on the token's own h only)."""
+
+    W_pre: torch.Tensor  # [d, m]
+    b_pre: torch.Tensor  # [m]
+    c: torch.Tensor  # [B, n, m]
+    W_post: torch.Tensor  # [m, d]
+    b_out: torch.Tensor  # [d]
+
+
+@dataclass(frozen=True)
+class FeedForward:
+    """act(h W_in + b_in) W_out + b_out (plain), or act(h W_gate + b_gate) * (h W_in + b_in)
+    W_out + b_out (gated: SwiGLU, GeGLU). W_in, W_gate [d, d_ff], W_out [d_ff, d]."""
+
+    W_in: torch.Tensor
+    b_in: torch.Tensor
+    W_out: torch.Tensor
+    b_out: torch.Tensor
+    activation: Activation
+    W_gate: torch.Tensor | None = None
+    b_gate: torch.Tensor | None = None
+    activation_name: str | None = None  # transformers' name: picks a closed-form IG integral
+
+    @property
+    def gated(self) -> bool:
+        return self.W_gate is not None
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        """FF(h).  [..., d] -> [..., d]"""
+        U = h @ self.W_in + self.b_in
+        if self.gated:
+            return (self.activation(h @ self.W_gate + self.b_gate) * U) @ self.W_out + self.b_out
+        return self.activation(U) @ self.W_out + self.b_out
+
+    def linearise(self, h: torch.Tensor, ig_steps: int, weight=None) -> Linearised:
+        """IG coefficients at the total input h [B, n, d]; `weight` [B, n] scales the
+        output per token (a router's weight)."""
+        import torch
+
+        from attnscope.analyses.mixing.activation_split import ig_coefficients
+        from attnscope.analyses.mixing.gated_split import gated_coefficients
+
+        U = h @ self.W_in + self.b_in
+        if self.gated:
+            G = h @ self.W_gate + self.b_gate
+            c_gate, c_in = gated_coefficients(
+                self.activation, G, U, ig_steps, self.activation_name
+            )
+            c = torch.cat([c_gate, c_in], dim=-1)
+            W_pre = torch.cat([self.W_gate, self.W_in], dim=1)
+            b_pre = torch.cat([self.b_gate, self.b_in])
+            W_post = torch.cat([self.W_out, self.W_out], dim=0)
+        else:
+            c = ig_coefficients(self.activation, U, ig_steps)
+            W_pre, b_pre, W_post = self.W_in, self.b_in, self.W_out
+        if weight is not None:
+            c = c * weight[..., None]
+        return Linearised(W_pre, b_pre, c, W_post, self.b_out)
+
+
+@dataclass(frozen=True)
+class MixtureOfExperts:
+    """Sparse mixture of gated experts (Mixtral): router logits h W_router [B, n, E], softmax,
+    the top `top_k` kept and renormalised to sum 1 (`normalise`), output sum_e w_e FF_e(h).
+    The routing depends on the token's own h only, so it is fixed per token like a norm's
+    scale and each chosen expert is split as a `FeedForward` weighted by w_e."""
+
+    W_router: torch.Tensor  # [d, E]
+    experts: list[FeedForward]
+    top_k: int
+    normalise: bool = True
+    b_out: torch.Tensor | None = field(default=None)  # [d], none in Mixtral
+
+    def routing(self, h: torch.Tensor) -> torch.Tensor:
+        """w [B, n, E]: the weight of every expert per token, 0 where not chosen."""
+        import torch
+
+        probs = torch.softmax((h @ self.W_router).float(), dim=-1)
+        top, index = probs.topk(self.top_k, dim=-1)
+        if self.normalise:
+            top = top / top.sum(-1, keepdim=True)
+        return torch.zeros_like(probs).scatter_(-1, index, top).to(h.dtype)
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        w = self.routing(h)
+        out = sum(w[..., e, None] * expert(h) for e, expert in enumerate(self.experts))
+        return out if self.b_out is None else out + self.b_out
+
+    def linearise(self, h: torch.Tensor, ig_steps: int) -> Linearised:
+        """The chosen experts' linearisations side by side (experts no token chose are left
+        out), each weighted by its routing weight."""
+        import torch
+
+        w = self.routing(h)
+        used = [e for e in range(len(self.experts)) if bool((w[..., e] > 0).any())]
+        parts = [self.experts[e].linearise(h, ig_steps, w[..., e]) for e in used]
+        b_out = torch.zeros_like(h[0, 0]) if self.b_out is None else self.b_out
+        return Linearised(
+            torch.cat([p.W_pre for p in parts], dim=1),
+            torch.cat([p.b_pre for p in parts]),
+            torch.cat([p.c for p in parts], dim=-1),
+            torch.cat([p.W_post for p in parts], dim=0),
+            b_out,
+        )
 
 
 @dataclass(frozen=True)
 class CanonicalLayer:
     """One transformer layer in canonical form (see the module docstring for shapes).
 
-    `pre_ln`: False for post-LN (BERT: LN after each residual sum), True for pre-LN
-    (GPT-2: LN before attention and before the feed-forward block).
-    `ln_attn` is the LN around the attention block (after it in post-LN, before it in
-    pre-LN); `ln_ff` likewise for the feed-forward block.
-    `scale` multiplies the raw scores q k^T (1/sqrt(d') unless the model says otherwise).
+    Block order: `pre_ln` False for post-LN (BERT: LN after each residual sum), True for the
+    residual-stream families (GPT-2, Llama, ...): X -> + Attn -> + FF, each block reading its
+    own norm of the stream; `parallel` (GPT-NeoX, Cohere): X + Attn(ln_attn X) + FF(ln_ff X).
+    `ln_attn`, `ln_ff`: the norm before each block in pre-LN (None: the block reads the stream
+    itself, OLMo-2), after each residual sum in post-LN. `post_attn`, `post_ff`: a norm on a
+    block's output before it joins the stream (Gemma-2/3 sandwich, OLMo-2), or None.
+    `q_norm`, `k_norm`: QK-norm on each head ([d'] weights, Qwen3) or on the whole projection
+    (`qk_norm_whole`: [H d'] and [H_kv d'] weights, OLMo-2), before the rotation.
+    `scale` multiplies the scores q k^T; `softcap` c: scores -> c tanh(scores / c) before the
+    mask (Gemma-2); `sliding_window` w: query i sees keys i - w < j <= i.
     """
 
     W_Q: torch.Tensor
@@ -52,20 +240,29 @@ class CanonicalLayer:
     b_V: torch.Tensor
     W_O: torch.Tensor
     b_O: torch.Tensor
-    ln_attn: CanonicalLayerNorm
-    ln_ff: CanonicalLayerNorm
-    W_in: torch.Tensor
-    b_in: torch.Tensor
-    W_out: torch.Tensor
-    b_out: torch.Tensor
-    activation: Callable[[torch.Tensor], torch.Tensor]
+    ln_attn: CanonicalLayerNorm | None
+    ln_ff: CanonicalLayerNorm | None
+    ff: FeedForward | MixtureOfExperts
     pre_ln: bool
     causal: bool
     scale: float
+    parallel: bool = False
+    post_attn: CanonicalLayerNorm | None = None
+    post_ff: CanonicalLayerNorm | None = None
+    rotary: Rotary | None = None
+    q_norm: CanonicalLayerNorm | None = None
+    k_norm: CanonicalLayerNorm | None = None
+    qk_norm_whole: bool = False
+    softcap: float | None = None
+    sliding_window: int | None = None
 
     @property
     def n_heads(self) -> int:
         return self.W_Q.shape[0]
+
+    @property
+    def n_kv_heads(self) -> int:
+        return self.W_K.shape[0]
 
     @property
     def d_model(self) -> int:
@@ -75,24 +272,30 @@ class CanonicalLayer:
     def d_head(self) -> int:
         return self.W_Q.shape[2]
 
+    def kv_head(self, h: int) -> int:
+        """The key/value head query head h reads."""
+        return h // (self.n_heads // self.n_kv_heads)
+
 
 @dataclass(frozen=True)
 class CanonicalModel:
     """A whole model in canonical form.
 
     `position_embeddings` [T, d] holds only the rows that real positions use (RoBERTa's
-    reserved rows before padding_idx + 1 are dropped). `final_ln` is GPT-2's ln_f (None
-    for post-LN families). Token categories use the ids in `cls_ids` / `sep_ids`.
+    reserved rows before padding_idx + 1 are dropped); None for rotary models. `final_ln`
+    is the norm after the last layer (None for post-LN families). `embedding_scale`
+    multiplies the word embeddings inside the model (Gemma's sqrt(d), Granite's multiplier).
     """
 
     family: str
     model_type: str
     layers: list[CanonicalLayer]
     word_embeddings: torch.Tensor  # [V, d_emb]
-    position_embeddings: torch.Tensor  # [T, d_emb]
+    position_embeddings: torch.Tensor | None  # [T, d_emb]
     token_type_embeddings: torch.Tensor | None  # [types, d_emb]
     embedding_ln: CanonicalLayerNorm | None
     final_ln: CanonicalLayerNorm | None
+    embedding_scale: float = 1.0
 
     @property
     def n_layers(self) -> int:
@@ -113,3 +316,8 @@ class CanonicalModel:
     @property
     def causal(self) -> bool:
         return self.layers[0].causal
+
+    @property
+    def rotary(self) -> bool:
+        """Whether positions enter through rotary embeddings (no learned position rows)."""
+        return self.position_embeddings is None

@@ -28,3 +28,17 @@ def indexed_table(values: dict[str, np.ndarray], **axes: int | Sequence) -> pd.D
     for name, column in values.items():
         table[name] = np.ravel(column)
     return table
+
+
+NOT_APPLICABLE = "not applicable"
+
+
+def not_applicable(reason: str) -> pd.DataFrame:
+    """A one-row table saying why an analysis does not apply to a model: `status` column
+    "not applicable: <reason>". Figures drawn from it show the status instead of data."""
+    return pd.DataFrame({"status": [f"{NOT_APPLICABLE}: {reason}"]})
+
+
+def is_not_applicable(table: pd.DataFrame) -> bool:
+    """Whether `table` is a `not_applicable` table."""
+    return "status" in table and str(table["status"].iloc[0]).startswith(NOT_APPLICABLE)

@@ -33,7 +33,7 @@ from attnscope.analyses.mixing.statistics import (
 )
 from attnscope.architectures import architecture
 from attnscope.core import checks
-from attnscope.core.attention import attention_probs, visible_pairs
+from attnscope.core.attention import attention_probs, layer_visible_pairs, visible_pairs
 from attnscope.core.canonical import CanonicalModel
 from attnscope.core.store import HiddenStates
 
@@ -100,7 +100,7 @@ def layer_scope_maps(
         maps[stage.scope] = stage.parts.norm(dim=-1)
         if on_stage is not None:
             on_stage(stage)
-    keep = visible_pairs(mask, layer.causal)  # padding rows and keys are invisible too
+    keep = layer_visible_pairs(mask, layer)  # padding rows and keys are invisible too
     return {scope: maps[scope] * keep for scope in SCOPES}
 
 

@@ -48,7 +48,6 @@ from dataclasses import dataclass
 
 import torch
 
-from attnscope.analyses.mixing.activation_split import ig_coefficients
 from attnscope.analyses.mixing.scopes import SCOPES, VECTOR_SCOPES, WEIGHT_SCOPES  # noqa: F401
 from attnscope.core.attention import attention_probs, value_vectors
 from attnscope.core.canonical import CanonicalLayer, CanonicalLayerNorm
@@ -96,8 +95,9 @@ def centred(v: torch.Tensor) -> torch.Tensor:
 
 
 def layer_norm_scale(total: torch.Tensor, ln: CanonicalLayerNorm) -> torch.Tensor:
-    """s = sqrt(biased variance over d + eps) per token.  total [B, n, d] -> s [B, n, 1]"""
-    return torch.sqrt(total.var(-1, unbiased=False, keepdim=True) + ln.eps)
+    """The norm's divisor per token: sqrt(biased variance + eps) for LayerNorm, sqrt(mean
+    square + eps) for RMSNorm.  total [B, n, d] -> s [B, n, 1]"""
+    return ln.scale(total)
 
 
 def layer_norm_parts(
@@ -106,16 +106,18 @@ def layer_norm_parts(
     ln: CanonicalLayerNorm,
     s: torch.Tensor | None = None,
 ):
-    """LN(sum_j z_j + b) = sum_j gamma (z_j - mean z_j) / s + [gamma (b - mean b) / s + beta],
-    s = sqrt(biased variance of the whole sum + eps), one s per token.
+    """LN(sum_j z_j + b) = sum_j gamma C(z_j) / s + [gamma C(b) / s + beta], one s per token
+    from the whole sum; C subtracts the mean over d for LayerNorm and is the identity for
+    RMSNorm (whose beta is 0).
 
     parts [B, n, n, d], bias [B, n, d] -> (parts, bias) of the same shapes. `s` [B, n, 1]: the
     scale when the caller has it already (`layer_norm_scale`); computed here otherwise.
     """
     if s is None:
         s = layer_norm_scale(parts.sum(2) + bias, ln)
-    new_parts = centred(parts).mul_(ln.gamma).div_(s[:, :, None])
-    new_bias = ln.gamma * centred(bias) / s + ln.beta
+    new_parts = centred(parts).mul_(ln.gamma) if ln.centred else parts * ln.gamma
+    new_parts.div_(s[:, :, None])
+    new_bias = ln.gamma * ln.centre(bias) / s + ln.beta
     return new_parts, new_bias
 
 
@@ -126,7 +128,10 @@ class HeadFactors:
         z_ij = gamma * C(sum_h alpha^h_ij f^h_j + [i = j] x_i) / s_i,   C(v) = v - mean_d(v)
 
     alpha [B, H, n, n], fx = f^h(x_j) [B, H, n, d], X = x_i [B, n, d] (the residual),
-    gamma [d], s [B, n, 1] (the LayerNorm's scale from the whole sum).
+    gamma [d], s [B, n, 1] (the LayerNorm's scale from the whole sum); `centred` False for
+    RMSNorm (C is the identity). A norm on the attention block's own output (Gemma-2's
+    sandwich) is folded in by the caller: alpha divided by its scale per query, fx multiplied
+    by its gamma (and centred for LayerNorm).
     """
 
     alpha: torch.Tensor
@@ -134,15 +139,19 @@ class HeadFactors:
     X: torch.Tensor
     gamma: torch.Tensor
     s: torch.Tensor
+    centred: bool = True
+
+    def _centre(self, v: torch.Tensor) -> torch.Tensor:
+        return centred(v) if self.centred else v
 
     def times(self, W: torch.Tensor) -> Callable[[int, int], torch.Tensor]:
         """z_ij W for a chunk of queries, mixed from the head vectors: (i0, i1) ->
         [B, n (key j), i1 - i0 (query i), d_out]. W [d, d_out] is applied once, to the
         H n head vectors and n residual vectors, not to the n^2 parts."""
         W_gamma = self.gamma[:, None] * W
-        heads = centred(self.fx) @ W_gamma  # [B, H, n, d_out]
+        heads = self._centre(self.fx) @ W_gamma  # [B, H, n, d_out]
         heads = heads.transpose(1, 2)  # [B, n (j), H, d_out]
-        residual = centred(self.X) @ W_gamma  # [B, n, d_out]
+        residual = self._centre(self.X) @ W_gamma  # [B, n, d_out]
 
         def chunk(i0: int, i1: int) -> torch.Tensor:
             scale = 1 / self.s[:, i0:i1]  # [B, c, 1]
@@ -162,37 +171,41 @@ def feed_forward_parts(
     ig_steps: int,
     factors: HeadFactors | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The FF block applied to the parts, the activation split by IG (zero baseline).
+    """The FF block applied to the parts, its activation split by IG (zero baseline).
 
-    U_i = sum_j z_ij W_in + (bias_i W_in + b_in); c_i = IG coefficients of U_i (computed once
-    per query token, shared by every key j). Part j -> (z_ij W_in * c_i) W_out; bias ->
-    ((bias_i W_in + b_in) * c_i) W_out + b_out. Returns (parts [B, n, n, d], bias [B, n, d],
-    the real FF output g(U) W_out + b_out [B, n, d] for the completeness check).
-    `factors`: the same parts in factored form, which makes z_ij W_in n/H times cheaper
-    (module docstring); without them z_ij W_in is computed from `parts`.
-    Queries are processed in chunks: no [B, n, n, d_ff] tensor.
+    The FF is linearised once per batch at the total input h_i = sum_j z_ij + bias_i
+    (`FeedForward.linearise`: coefficients c_i per query token, shared by every key j; gated
+    and mixture-of-experts blocks stack their pre-activations side by side). Part j ->
+    ((z_ij W_pre) * c_i) W_post; bias -> ((bias_i W_pre + b_pre) * c_i) W_post + b_out.
+    Returns (parts [B, n, n, d], bias [B, n, d], the real FF output FF(h) [B, n, d] for the
+    completeness check). `factors`: the same parts in factored form, which makes z_ij W_pre
+    n/H times cheaper (module docstring); without them z_ij W_pre is computed from `parts`.
+    Queries are processed in chunks: no [B, n, n, m] tensor.
     """
     B, n, _, _ = parts.shape
-    d_ff = layer.W_in.shape[1]
-    bias_in = bias @ layer.W_in + layer.b_in  # [B, n, d_ff]
-    U = parts.sum(2) @ layer.W_in + bias_in
-    c = ig_coefficients(layer.activation, U, ig_steps)  # [B, n, d_ff]
+    total = parts.sum(2) + bias
+    lin = layer.ff.linearise(total, ig_steps)
+    m = lin.W_pre.shape[1]
     if factors is None:
 
         def pre_activation(i0: int, i1: int) -> torch.Tensor:
-            return parts[:, i0:i1].transpose(1, 2) @ layer.W_in
+            return parts[:, i0:i1].transpose(1, 2) @ lin.W_pre
 
     else:
-        pre_activation = factors.times(layer.W_in)
+        pre_activation = factors.times(lin.W_pre)
     out = torch.empty_like(parts)
-    chunk = max(1, FF_CHUNK_ELEMENTS // max(1, B * n * d_ff))
+    chunk = max(1, FF_CHUNK_ELEMENTS // max(1, B * n * m))
     for i0 in range(0, n, chunk):
         i1 = min(n, i0 + chunk)
-        u = pre_activation(i0, i1).mul_(c[:, None, i0:i1])  # [B, n (j), c (i), d_ff]
-        out[:, i0:i1] = (u @ layer.W_out).transpose(1, 2)
-    new_bias = (bias_in * c) @ layer.W_out + layer.b_out
-    real = layer.activation(U) @ layer.W_out + layer.b_out
-    return out, new_bias, real
+        u = pre_activation(i0, i1).mul_(lin.c[:, None, i0:i1])  # [B, n (j), c (i), m]
+        out[:, i0:i1] = (u @ lin.W_post).transpose(1, 2)
+    new_bias = ((bias @ lin.W_pre + lin.b_pre) * lin.c) @ lin.W_post + lin.b_out
+    return out, new_bias, layer.ff(total)
+
+
+def _normed(parts, bias, norm):
+    """(parts, bias) through `norm` (the scale from their sum), or unchanged when None."""
+    return (parts, bias) if norm is None else layer_norm_parts(parts, bias, norm)
 
 
 def layer_stages(
@@ -206,47 +219,64 @@ def layer_stages(
     """Yield the six vector stages of one layer in module order (see the module docstring).
 
     X [B, n, d] the layer input (hidden/{l}), mask [B, n]. `closing_ln`: for pre-LN, the
-    LayerNorm that reads the layer output next (next layer's ln_attn, or the final LN); unused
-    for post-LN. A yielded stage's tensors may be modified by the next step: use them (norms,
-    sums) before advancing. If `completeness` is a dict, its key "ff_real" receives the real
-    FF output g(U) W_out + b_out.
+    norm that reads the layer output next (next layer's ln_attn, or the final norm; None
+    where the next layer reads the stream itself); unused for post-LN. A yielded stage's
+    tensors may be modified by the next step: use them (norms, sums) before advancing. If
+    `completeness` is a dict, its key "ff_real" receives the real FF output.
     """
     alpha = attention_probs(X, mask, layer)
     fx = value_vectors(X, layer)
     parts = attention_parts(alpha, fx)
     bias = layer.b_O.expand_as(X).clone()
+    if layer.post_attn is not None:  # sandwich / OLMo-2: a norm on the block's output
+        post = layer.post_attn
+        s_post = layer_norm_scale(parts.sum(2) + bias, post)
+        parts, bias = layer_norm_parts(parts, bias, post, s_post)
+        alpha = alpha / s_post[:, None]  # the factored form of the normed parts
+        fx = post.gamma * post.centre(fx)
     yield Stage("Attn", parts, bias)
     parts = add_residual(parts, X)
     yield Stage("AttnRes", parts, bias)
-    ln = layer.ln_ff if layer.pre_ln else layer.ln_attn
-    scale = layer_norm_scale(parts.sum(2) + bias, ln)
-    factors = HeadFactors(alpha, fx, X, ln.gamma, scale)
     residual_parts, residual_bias = parts, bias  # pre-LN: the residual around FF is AttnRes
-    parts, bias = layer_norm_parts(parts, bias, ln, scale)
-    if not layer.pre_ln:  # post-LN: it is AttnResLn
+    if layer.parallel:  # the FF reads (its norm of) X: its parts are the tokens themselves
+        alpha, fx = alpha[:, :0], fx[:, :0]
+        parts = torch.zeros_like(parts)
+        add_residual(parts, X)
+        bias = torch.zeros_like(bias)
+    ln = layer.ln_ff if layer.pre_ln else layer.ln_attn
+    if ln is None:  # OLMo-2: the FF reads the stream itself
+        ones = torch.ones_like(X[..., :1])
+        factors = HeadFactors(alpha, fx, X, torch.ones_like(X[0, 0]), ones, centred=False)
+    else:
+        scale = layer_norm_scale(parts.sum(2) + bias, ln)
+        factors = HeadFactors(alpha, fx, X, ln.gamma, scale, ln.centred)
+        parts, bias = layer_norm_parts(parts, bias, ln, scale)
+    if not layer.pre_ln:  # post-LN: the residual around FF is AttnResLn
         residual_parts, residual_bias = parts, bias
     yield Stage("AttnResLn", parts, bias, factors)
     ff_parts, ff_bias, ff_real = feed_forward_parts(parts, bias, layer, ig_steps, factors)
     del factors, alpha, fx
+    ff_parts, ff_bias = _normed(ff_parts, ff_bias, layer.post_ff)
     if completeness is not None:
-        completeness["ff_real"] = ff_real
+        completeness["ff_real"] = _post(layer.post_ff, ff_real)
     del parts
     yield Stage("AttnResLnFf", ff_parts, ff_bias)
     parts = ff_parts.add_(residual_parts)
     del residual_parts
     bias = ff_bias + residual_bias
     yield Stage("AttnResLnFfRes", parts, bias)
-    if layer.pre_ln:
-        if closing_ln is None:
-            raise ValueError("a pre-LN layer needs the LayerNorm that reads its output next")
-        parts, bias = layer_norm_parts(parts, bias, closing_ln)
-    else:
-        parts, bias = layer_norm_parts(parts, bias, layer.ln_ff)
+    parts, bias = _normed(parts, bias, closing_ln if layer.pre_ln else layer.ln_ff)
     yield Stage("AttnResLnFfResLn", parts, bias)
 
 
+def _post(norm, y: torch.Tensor) -> torch.Tensor:
+    return y if norm is None else norm(y)
+
+
 def closing_layer_norm(layers: list[CanonicalLayer], final_ln, index: int):
-    """The LayerNorm that reads layer `index`'s output next in a pre-LN model (None post-LN)."""
+    """The norm that reads layer `index`'s output next in a pre-LN model: the next layer's
+    attention norm (None where that layer reads the stream itself, OLMo-2) or the final norm
+    after the last layer. None post-LN."""
     if not layers[index].pre_ln:
         return None
     return layers[index + 1].ln_attn if index + 1 < len(layers) else final_ln
@@ -260,20 +290,22 @@ def reference_outputs(
     X_next: torch.Tensor | None = None,
 ) -> dict[str, torch.Tensor]:
     """The real output of every stage, from the attention module's own output `y_attention`
-    [B, n, d] (Architecture.attention_output) and the canonical LayerNorm/FF recomputation;
-    the last residual stream state is the stored next hidden state `X_next` when given."""
-    from attnscope.core.attention import feed_forward
-
+    [B, n, d] (Architecture.attention_output; a norm on the block's output is applied here)
+    and the canonical norm/FF recomputation; the last residual stream state is the stored
+    next hidden state `X_next` when given."""
+    y_attention = _post(layer.post_attn, y_attention)
     out = {"Attn": y_attention, "AttnRes": X + y_attention}
     if layer.pre_ln:
         h = X + y_attention
-        out["AttnResLn"] = layer.ln_ff(h)
-        out["AttnResLnFf"] = feed_forward(out["AttnResLn"], layer)
+        ff_in = X if layer.parallel else h
+        out["AttnResLn"] = ff_in if layer.ln_ff is None else layer.ln_ff(ff_in)
+        out["AttnResLnFf"] = _post(layer.post_ff, layer.ff(out["AttnResLn"]))
         out["AttnResLnFfRes"] = h + out["AttnResLnFf"] if X_next is None else X_next
-        out["AttnResLnFfResLn"] = closing_ln(out["AttnResLnFfRes"])
+        last = out["AttnResLnFfRes"]
+        out["AttnResLnFfResLn"] = last if closing_ln is None else closing_ln(last)
     else:
         out["AttnResLn"] = layer.ln_attn(X + y_attention)
-        out["AttnResLnFf"] = feed_forward(out["AttnResLn"], layer)
+        out["AttnResLnFf"] = layer.ff(out["AttnResLn"])
         last = layer.ln_ff(out["AttnResLn"] + out["AttnResLnFf"])
         out["AttnResLnFfResLn"] = last if X_next is None else X_next
         out["AttnResLnFfRes"] = out["AttnResLn"] + out["AttnResLnFf"]

@@ -48,7 +48,8 @@ def affine_singular_values(layer: CanonicalLayer) -> torch.Tensor:
     """
     values = []
     for h in range(layer.n_heads):
-        A = augmented_value(layer.W_V[h].double(), layer.b_V[h].double())
+        kv = layer.kv_head(h)  # grouped-query: the value head this query head reads
+        A = augmented_value(layer.W_V[kv].double(), layer.b_V[kv].double())
         B = augmented_output(layer.W_O[h].double())
         R_V = torch.linalg.qr(A, mode="r").R
         R_O = torch.linalg.qr(B.T, mode="r").R

@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import seaborn as sns
+
+from attnscope.core.tables import is_not_applicable
 from matplotlib import pyplot as plt
 
 import attnscope.core.plotting  # noqa: F401  (the shared look; sets the Agg backend)
@@ -222,6 +224,8 @@ def pe_spectra_models(pe_spectrum: list[pd.DataFrame], models: list[str], title:
     fig, ax = plt.subplots(figsize=(7, 3.5))
     palette = sns.color_palette(n_colors=len(models))
     for table, model, colour in zip(pe_spectrum, models, palette, strict=True):
+        if is_not_applicable(table):  # a rotary model: no position embeddings
+            continue
         rows = table[(table.embedding == "position") & (table.frequency > 0)]
         ax.plot(rows.cycles_per_token, rows["mean"], color=colour, lw=1, label=model)
         ax.fill_between(rows.cycles_per_token, rows.q25, rows.q75, color=colour, alpha=0.2, lw=0)

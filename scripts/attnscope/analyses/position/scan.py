@@ -183,6 +183,21 @@ def scan(
     )
 
 
+def scan_trt(
+    store: HiddenStates, weights: CanonicalModel, *, t_max: int, batch_size: int, device: str
+) -> np.ndarray:
+    """tr_t(A) alone, for any attention (rotary models, where the bilinear analyses of
+    `scan` do not apply), t = -t_max..t_max.  [N, L, H, T]"""
+    offsets = list(range(-t_max, t_max + 1))
+    trt = np.zeros((store.n_sequences, weights.n_layers, weights.n_heads, len(offsets)))
+    for l, layer in enumerate(weights.layers):
+        for batch in store.batches(l, batch_size, device):
+            A = attention_probs(batch.X, batch.mask, layer)
+            A.mul_(batch.mask[:, None, :, None].to(A.dtype))  # drop padding query rows
+            trt[batch.start : batch.stop, l] = diagonal_sums(A, offsets).double().cpu().numpy()
+    return trt
+
+
 def _track(residual: np.ndarray, scale: np.ndarray, a: torch.Tensor, b: torch.Tensor, dims):
     """Per head, keep the running max of |a| and of |a - b| (head on dim 1); overwrites a.
     max |a| is taken as max(max a, -min a): no temporary of a's size."""
@@ -191,16 +206,12 @@ def _track(residual: np.ndarray, scale: np.ndarray, a: torch.Tensor, b: torch.Te
     np.maximum(residual, a.sub_(b).abs_().amax(dim=dims).cpu().numpy(), out=residual)
 
 
-def trt_table(result: ScanResult) -> pd.DataFrame:
-    """`sequence layer head t value`: tr_t(A) per sequence (0-based store row), 1-based heads."""
-    N, L, H, T = result.trt.shape
-    table = index_grid(
-        sequence=np.arange(N),
-        layer=L,
-        head=H,
-        t=np.array(result.offsets),
-    )
-    table["value"] = result.trt.reshape(-1)
+def trt_table(trt: np.ndarray, offsets: list[int]) -> pd.DataFrame:
+    """`sequence layer head t value`: tr_t(A) [N, L, H, T] per sequence (0-based store row),
+    1-based layers and heads."""
+    N, L, H, T = trt.shape
+    table = index_grid(sequence=np.arange(N), layer=L, head=H, t=np.array(offsets))
+    table["value"] = trt.reshape(-1)
     return table
 
 

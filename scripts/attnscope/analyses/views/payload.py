@@ -107,6 +107,10 @@ def sequence_page(
             "d_head": weights.d_head,
             "causal": weights.causal,
             "scale": [layer.scale for layer in weights.layers],
+            "softcap": [layer.softcap for layer in weights.layers],
+            "sliding_window": [layer.sliding_window for layer in weights.layers],
+            "kv_heads": weights.layers[0].n_kv_heads,
+            "rotary": weights.rotary,
             "family": weights.family,
             "model_type": weights.model_type,
             "tokens": [tokenizer.convert_tokens_to_string([p]).strip() or p for p in pieces],
@@ -154,4 +158,7 @@ def page_alpha(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, layer) -> t
     """alpha as the page computes it: from float16-rounded q and k, in float32.  [B, H, n, n]"""
     q16, k16 = q.half().float(), k.half().float()
     scores = torch.einsum("bhie,bhje->bhij", q16, k16) * layer.scale
-    return torch.softmax(scores + additive_mask(mask, layer.causal, scores.dtype), dim=-1)
+    if layer.softcap is not None:
+        scores = torch.tanh(scores / layer.softcap) * layer.softcap
+    visible = additive_mask(mask, layer.causal, scores.dtype, layer.sliding_window)
+    return torch.softmax(scores + visible, dim=-1)

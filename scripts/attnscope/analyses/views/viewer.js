@@ -49,25 +49,39 @@ function memo(key, make) {
   return cache.get(key);
 }
 
-// alpha^h_ij = softmax_j(q_i k_j * scale) over visible keys: [H * N * N]
+// The keys query i sees in a layer: j <= i when causal, i - j < window in a sliding window
+function visibleKeys(layer, i) {
+  const window = (header.sliding_window || [])[layer - 1];
+  const first = window ? Math.max(0, i - window + 1) : 0;
+  return [first, header.causal ? i : N - 1];
+}
+
+// The score q_i k_j * scale, soft-capped (c tanh(s / c)) where the model caps it
+function score(layer, s) {
+  const cap = (header.softcap || [])[layer - 1];
+  s *= header.scale[layer - 1];
+  return cap ? cap * Math.tanh(s / cap) : s;
+}
+
+// alpha^h_ij = softmax_j(score_ij) over visible keys: [H * N * N]
 function alpha(layer) {
   return memo(`alpha/${layer}`, () => {
-    const q = arrays[`q/${layer}`], k = arrays[`k/${layer}`], scale = header.scale[layer - 1];
+    const q = arrays[`q/${layer}`], k = arrays[`k/${layer}`];
     const out = new Float32Array(H * N * N);
     for (let h = 0; h < H; h++) {
       for (let i = 0; i < N; i++) {
-        const row = (h * N + i) * N, qi = (h * N + i) * DH, last = header.causal ? i : N - 1;
+        const row = (h * N + i) * N, qi = (h * N + i) * DH, [first, last] = visibleKeys(layer, i);
         let max = -Infinity;
-        for (let j = 0; j <= last; j++) {
+        for (let j = first; j <= last; j++) {
           const kj = (h * N + j) * DH;
           let s = 0;
           for (let e = 0; e < DH; e++) s += q[qi + e] * k[kj + e];
-          out[row + j] = s * scale;
+          out[row + j] = score(layer, s);
           if (out[row + j] > max) max = out[row + j];
         }
         let total = 0;
-        for (let j = 0; j <= last; j++) total += (out[row + j] = Math.exp(out[row + j] - max));
-        for (let j = 0; j <= last; j++) out[row + j] /= total;
+        for (let j = first; j <= last; j++) total += (out[row + j] = Math.exp(out[row + j] - max));
+        for (let j = first; j <= last; j++) out[row + j] /= total;
       }
     }
     return out;
@@ -306,9 +320,9 @@ function renderNeuron() {
   const box = $("neuron"), layer = state.layer, h = state.neuronHead, rowH = 14;
   const i = Math.min(state.query, N - 1), cell = DH > 48 ? 3 : 6;
   const q = arrays[`q/${layer}`], k = arrays[`k/${layer}`], a = alpha(layer);
-  const scale = header.scale[layer - 1];
   const qi = Array.from(q.subarray((h * N + i) * DH, (h * N + i + 1) * DH));
-  const keys = [...Array(header.causal ? i + 1 : N).keys()];
+  const [first, last] = visibleKeys(layer, i);
+  const keys = [...Array(last - first + 1).keys()].map((j) => j + first);
   const kRows = keys.map((j) => Array.from(k.subarray((h * N + j) * DH, (h * N + j + 1) * DH)));
   const prodRows = kRows.map((kj) => kj.map((v, e) => v * qi[e]));
   box.innerHTML = "";
@@ -339,12 +353,12 @@ function renderNeuron() {
   labels.className = "neuron-tokens";
   for (const j of keys) {
     const row = document.createElement("div");
-    const score = kRows[j].reduce((s, v, e) => s + v * qi[e], 0) * scale;
+    const logit = score(layer, kRows[j - first].reduce((s, v, e) => s + v * qi[e], 0));
     row.className = "neuron-row";
     row.dataset.key = j;
-    row.dataset.score = score;
+    row.dataset.score = logit;
     row.dataset.alpha = a[(h * N + i) * N + j];
-    for (const text of [header.tokens[j], score.toFixed(2), a[(h * N + i) * N + j].toFixed(3)]) {
+    for (const text of [header.tokens[j], logit.toFixed(2), a[(h * N + i) * N + j].toFixed(3)]) {
       const span = document.createElement("span");
       span.textContent = text;
       row.appendChild(span);
@@ -359,7 +373,7 @@ function renderNeuron() {
   bars.height = keys.length * rowH;
   const g = bars.getContext("2d");
   g.fillStyle = "#335";
-  for (const j of keys) g.fillRect(0, j * rowH + 2, 120 * a[(h * N + i) * N + j], rowH - 4);
+  for (const j of keys) g.fillRect(0, (j - first) * rowH + 2, 120 * a[(h * N + i) * N + j], rowH - 4);
   column("softmax", bars);
 }
 
@@ -368,7 +382,9 @@ function renderNeuron() {
 function legend() {
   if (state.view === "neuron") {
     $("legend").textContent = `Layer ${state.layer}, head ${state.neuronHead + 1}, query ${header.tokens[Math.min(state.query, N - 1)]}: ` +
-      "q_i and each key's k_j (orange > 0 > blue), their element-wise product, the score q_i\u00b7k_j \u00d7 scale and its softmax over the keys the query sees.";
+      "q_i and each key's k_j (orange > 0 > blue), their element-wise product, the score q_i\u00b7k_j \u00d7 scale and its softmax over the keys the query sees." +
+      (header.rotary ? " q and k are shown after the rotation by position." : "") +
+      (header.kv_heads < H ? ` Keys: key/value head ${Math.floor(state.neuronHead / (H / header.kv_heads)) + 1} of ${header.kv_heads}, shared by ${H / header.kv_heads} query heads.` : "");
     return;
   }
   const source = sourceOf(state.source), view = shown(state.source, state.layer, state.level);
