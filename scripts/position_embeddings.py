@@ -32,6 +32,8 @@ else:
     pca = pca_cumulative_variance(weights.position_embeddings)
     for k in (4, 12):
         if k <= len(pca):
-            log.info("cumulative variance at %d components: %.4f", k, pca.cumulative_variance[k - 1])
+            log.info(
+                "cumulative variance at %d components: %.4f", k, pca.cumulative_variance[k - 1]
+            )
 write_table(spectra, snakemake.output.spectrum)
 write_table(pca, snakemake.output.pca)

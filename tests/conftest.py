@@ -117,7 +117,9 @@ def tiny_decoder_config(model_type: str):
             mlp_bias=True,
         ),
         "smollm3": dict(
-            no_rope_layers=[1, 0], use_sliding_window=True, sliding_window=WINDOW,
+            no_rope_layers=[1, 0],
+            use_sliding_window=True,
+            sliding_window=WINDOW,
             layer_types=two_kinds,
         ),
         "phi3": dict(sliding_window=WINDOW),
@@ -157,7 +159,17 @@ def tiny_batch(family: str, batch: int = 3, length: int = 12, seed: int = 1):
     return ids, mask
 
 
-@pytest.fixture(params=["bert", "roberta", "electra", "gpt2"])
+CLASSIC = ("bert", "roberta", "electra", "gpt2")  # learned positions, LayerNorm, plain FF
+
+
+@pytest.fixture(params=CLASSIC)
+def classic_family(request):
+    """The families with BERT's or GPT-2's anatomy, for tests that rebuild it module by module
+    (the rotary decoders have theirs in tests/test_decoders.py)."""
+    return request.param
+
+
+@pytest.fixture(params=[*CLASSIC, "llama", "gemma2", "mixtral"])
 def family(request):
     return request.param
 

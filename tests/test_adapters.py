@@ -36,7 +36,8 @@ def test_recomputed_attention_equals_eager_attentions(family):
         assert diff.max() <= 1e-5
 
 
-def test_decomposition_rebuilds_attention_block_output(family):
+def test_decomposition_rebuilds_attention_block_output(classic_family):
+    family = classic_family
     model = tiny_model(family)
     ids, mask = tiny_batch(family)
     out = _forward(model, ids, mask)
@@ -65,7 +66,8 @@ def test_decomposition_rebuilds_attention_block_output(family):
         assert (y - real)[valid].abs().max() <= 1e-5
 
 
-def test_layer_forward_rebuilds_next_hidden_state(family):
+def test_layer_forward_rebuilds_next_hidden_state(classic_family):
+    family = classic_family
     model = tiny_model(family)
     ids, mask = tiny_batch(family)
     out = _forward(model, ids, mask)
@@ -87,9 +89,10 @@ def test_unknown_architecture_is_named():
         canonical_weights(model)
 
 
-def test_max_positions_match_the_usable_position_rows(family):
+def test_max_positions_match_the_usable_position_rows(classic_family):
     """The registry's position limit (read from config.json alone, without torch) equals the
     number of position rows real inputs use (RoBERTa reserves rows up to padding_idx)."""
+    family = classic_family
     model = tiny_model(family)
     limit = architecture(model.config.model_type).max_positions(model.config.to_dict())
     assert limit == canonical_weights(model).position_embeddings.shape[0]

@@ -23,9 +23,10 @@ from conftest import write_tiny_store
 
 
 @pytest.mark.parametrize("ig_steps", [0])
-def test_every_stage_rebuilds_the_real_outputs(tmp_path, family, ig_steps):
+def test_every_stage_rebuilds_the_real_outputs(tmp_path, classic_family, ig_steps):
     """sum_j z_ij + bias_i equals the real output of every stage; the last residual state equals
     the model's stored next hidden state hidden/{l+1}."""
+    family = classic_family
     from attnscope.core.attention import feed_forward
 
     path, model = write_tiny_store(tmp_path, family)
@@ -96,9 +97,10 @@ def test_head_factors_rebuild_the_parts_and_the_ff_split(tmp_path, family):
         n, d = parts.shape[2], parts.shape[3]
         identity = factors.times(torch.eye(d, dtype=parts.dtype))
         assert torch.allclose(identity(0, n).transpose(1, 2), parts, atol=1e-5, rtol=1e-5)
-        into_ff = factors.times(layer.ff.W_in)
+        W = torch.randn(d, 24, generator=torch.Generator().manual_seed(0))
+        into_ff = factors.times(W)
         for i0, i1 in [(0, 1), (1, 4), (3, n)]:
-            want = parts[:, i0:i1].transpose(1, 2) @ layer.ff.W_in
+            want = parts[:, i0:i1].transpose(1, 2) @ W
             assert torch.allclose(into_ff(i0, i1), want, atol=1e-5, rtol=1e-4), (family, i0)
         plain = feed_forward_parts(parts, stage.bias, layer, 3)
         factored = feed_forward_parts(parts, stage.bias, layer, 3, factors)
@@ -254,13 +256,15 @@ def test_corpus_tables_against_independent_recomputation(tmp_path, family):
     with torch.no_grad():
         attentions = model(**inputs, output_attentions=True).attentions
     weights = canonical_weights(model)
-    causal = model.config.model_type == "gpt2"
     ratios = result.ratios.table().set_index(["scope", "layer"])
     for l, alpha in enumerate(attentions):
         attn_w = alpha.mean(1).numpy()
         visible = mask_np[:, :, None] & mask_np[:, None, :]
-        if causal:
+        if weights.causal:
             visible &= np.tril(np.ones((L, L), dtype=bool))
+        window = weights.layers[l].sliding_window
+        if window is not None:
+            visible &= np.triu(np.ones((L, L), dtype=bool), 1 - window)
         for scope in SCOPES:
             assert maps[f"{scope}/{l + 1}"].shape == (N, L, L)
             assert np.all(maps[f"{scope}/{l + 1}"][()][~visible] == 0)
@@ -272,7 +276,13 @@ def test_corpus_tables_against_independent_recomputation(tmp_path, family):
         )
         with torch.no_grad():
             layer = weights.layers[l]
-            expected = head_summed_norms(alpha, value_vectors(X[l], layer)).numpy() * visible
+            fx = value_vectors(X[l], layer)
+            expected = head_summed_norms(alpha, fx).numpy() * visible
+            post = layer.post_attn  # Gemma-2: the Attn stage is the block's normed output
+            if post is not None:
+                parts = torch.einsum("bhij,bhjd->bijd", alpha, fx)
+                s = post.scale(parts.sum(2) + layer.b_O)[:, :, None]
+                expected = (post.gamma * post.centre(parts) / s).norm(dim=-1).numpy() * visible
         assert np.allclose(maps[f"Attn/{l + 1}"][()], expected, atol=1e-5)
         rsa = result.rsa.table().set_index(["layer", "scope_a", "scope_b"])["spearman"]
         before, after = maps[f"AttnResLn/{l + 1}"][()], maps[f"AttnResLnFf/{l + 1}"][()]

@@ -52,9 +52,10 @@ def module_values(model, layer: int, X: torch.Tensor) -> torch.Tensor:
     return torch.einsum("bhne,hed->bhnd", v, W_O.reshape(H, -1, W_O.shape[-1]))
 
 
-def test_decomposition_rebuilds_module_output(family):
+def test_decomposition_rebuilds_module_output(classic_family):
     """sum_h sum_j alpha f(x_j) + b_O equals the module's output, and that output (the
     independent route of the run-time check) rebuilds the model's own next hidden state."""
+    family = classic_family
     model = tiny_model(family)
     weights = canonical_weights(model)
     ids, mask = tiny_batch(family)

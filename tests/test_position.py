@@ -34,12 +34,17 @@ from conftest import TINY, tiny_model, write_tiny_store
 T = TINY["positions"]
 
 
+def trt_of(result) -> pd.DataFrame:
+    return position_scan.trt_table(result.trt, result.offsets)
+
+
 def random_x(d: int, n: int = 10, batch: int = 2, seed: int = 0) -> torch.Tensor:
     return torch.randn(batch, n, d, generator=torch.Generator().manual_seed(seed))
 
 
 @pytest.mark.parametrize("include_bias", [False, True])
-def test_xwax_equals_qskt(family, include_bias):
+def test_xwax_equals_qskt(classic_family, include_bias):
+    family = classic_family
     layer = canonical_weights(tiny_model(family)).layers[0]
     X = random_x(layer.d_model)
     form = bilinear_form(layer, include_bias)
@@ -78,7 +83,8 @@ def test_cross_covariance_sums_to_diagonals_of_qskt():
     assert torch.allclose((xcov * s).sum(-1), trt, atol=1e-12)
 
 
-def test_full_rotation_is_orthogonal_and_rank_block_contracts(family):
+def test_full_rotation_is_orthogonal_and_rank_block_contracts(classic_family):
+    family = classic_family
     layer = canonical_weights(tiny_model(family)).layers[1]
     form = bilinear_form(layer)
     R = form.rotation("full")
@@ -94,7 +100,8 @@ def test_full_rotation_is_orthogonal_and_rank_block_contracts(family):
     assert np.allclose(Rr @ vectors, vectors * rank[:, None, :], atol=1e-10)
 
 
-def test_pe_spectrum_and_pca_match_numpy(family):
+def test_pe_spectrum_and_pca_match_numpy(classic_family):
+    family = classic_family
     weights = canonical_weights(tiny_model(family))
     pe = weights.position_embeddings.double().numpy()
     assert pe.shape == (T, TINY["hidden"])  # RoBERTa's reserved rows dropped
@@ -187,15 +194,18 @@ def test_rotation_angle_gives_the_built_in_shift_and_trt_peaks_at_minus_one(tmp_
     summed = position_scan.xcov_sum_table(result).query("layer == 1 and head == 1")
     assert summed.t.iloc[int(summed.sum_s_xcov.argmax())] == -SHIFT
     assert select_heads(mean, result.offsets, [])[0] == (1, 1)
-    shares, centres = cluster_profiles(position_scan.trt_table(result.trt, result.offsets), n_clusters=3, seed=0)
+    shares, centres = cluster_profiles(
+        position_scan.trt_table(result.trt, result.offsets), n_clusters=3, seed=0
+    )
     own = shares.query("layer == 1 and head == 1").sort_values("share").cluster.iloc[-1]
     centre = centres[centres.cluster == own]
     assert centre.t.iloc[int(centre.value.argmax())] == -SHIFT
 
 
-def test_scan_matches_transformers_attention(tmp_path, family):
+def test_scan_matches_transformers_attention(tmp_path, classic_family):
     """tr_t(A) from the scan equals the diagonals of `transformers`' own attention maps, and
     every table is built (GPT-2: no weight on keys after the query)."""
+    family = classic_family
     store_path, model = write_tiny_store(tmp_path, family)
     weights = canonical_weights(model)
     with HiddenStates(store_path) as store:
@@ -226,7 +236,9 @@ def test_scan_matches_transformers_attention(tmp_path, family):
     assert tables["spectra"].frequency.max() == window // 2
     assert (tables["g_map"].frequency > 0).all() and set(tables["g_map"].wave) == {"Q", "K"}
     assert np.allclose(tables["xcov_sum"].sum_s_xcov, tables["xcov_sum"].trt_qsk, atol=1e-8)
-    shares, centres = cluster_profiles(position_scan.trt_table(result.trt, result.offsets), n_clusters=6, seed=0)
+    shares, centres = cluster_profiles(
+        position_scan.trt_table(result.trt, result.offsets), n_clusters=6, seed=0
+    )
     assert np.allclose(shares.groupby(["layer", "head"]).share.sum(), 1)
     with pytest.raises(ValueError, match="outside"):
         select_heads(position_scan.mean_trt(result), result.offsets, [[3, 1]])
@@ -240,7 +252,7 @@ def test_every_figure_draws(tmp_path):
     heads = select_heads(position_scan.mean_trt(result), result.offsets, [])
     spectrum = embedding_spectra(weights.position_embeddings, weights.word_embeddings, np.arange(9))
     forms = [(bilinear_form(layer), l + 1) for l, layer in enumerate(weights.layers)]
-    shares, centres = cluster_profiles(position_scan.trt_table(result.trt, result.offsets), 6, 0)
+    shares, centres = cluster_profiles(trt_of(result), 6, 0)
 
     tables = {
         "pe_spectrum": {"pe_spectrum": spectrum},
@@ -281,3 +293,23 @@ def test_real_eigenvalues_get_a_positive_frequency_whatever_the_round_off():
     table = position_scan.shifts_table(result)
     assert table.frequency.tolist() == [3, -3]
     assert table.delta.iloc[0] == pytest.approx(n * np.pi / (2 * np.pi * 3))
+
+
+@pytest.mark.parametrize("model_type", ["llama", "gemma2"])
+def test_rotary_models_get_tr_t_from_their_own_attention(tmp_path, model_type):
+    """On a rotary model only tr_t(A) applies: it equals the diagonal sums of transformers'
+    own attention weights (Gemma-2's first layer slides a window of 4 keys)."""
+    store_path, model = write_tiny_store(tmp_path, model_type)
+    weights = canonical_weights(model)
+    assert weights.rotary and weights.position_embeddings is None
+    with HiddenStates(store_path) as store:
+        trt = position_scan.scan_trt(store, weights, t_max=3, batch_size=3, device="cpu")
+        ids = torch.from_numpy(store.input_ids[:1].astype(np.int64))
+        n = int(store.attention_mask[0].sum())
+    with torch.no_grad():
+        attentions = model(input_ids=ids[:, :n], output_attentions=True).attentions
+    offsets = list(range(-3, 4))
+    for l, alpha in enumerate(attentions):
+        want = diagonal_sums(alpha, offsets)[0].numpy()
+        np.testing.assert_allclose(trt[0, l], want, atol=1e-5)
+    assert np.all(trt[:, :, :, offsets.index(1) :] == 0)  # causal: no key after the query

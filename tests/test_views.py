@@ -19,6 +19,7 @@ from attnscope.analyses.mixing.corpus import ResidualLog, layer_scope_maps
 from attnscope.analyses.views.page import pack, render_page, unpack
 from attnscope.analyses.views.payload import segments, sequence_page, word_units
 from attnscope.architectures import canonical_weights
+from attnscope.core.attention import visible_pairs
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CLS, OTHER, SEP
 from conftest import TINY, write_tiny_store
@@ -97,9 +98,12 @@ def test_page_arrays_rebuild_weights_norms_and_scopes(tmp_path, family):
             q = torch.from_numpy(page.arrays[f"q/{l + 1}"].astype(np.float32))
             k = torch.from_numpy(page.arrays[f"k/{l + 1}"].astype(np.float32))
             assert q.shape == k.shape == (H, n, weights.d_head)
-            scores = torch.einsum("hie,hje->hij", q, k) * weights.layers[l].scale
-            if weights.causal:
-                scores = scores.masked_fill(torch.ones(n, n).triu(1).bool(), float("-inf"))
+            layer = weights.layers[l]
+            scores = torch.einsum("hie,hje->hij", q, k) * layer.scale
+            if layer.softcap is not None:
+                scores = torch.tanh(scores / layer.softcap) * layer.softcap
+            visible = visible_pairs(torch.ones(1, n), layer.causal, layer.sliding_window)[0]
+            scores = scores.masked_fill(~visible, float("-inf"))
             assert (scores.softmax(-1) - attentions[l][0]).abs().max() < 5e-3
             X = torch.from_numpy(store.hidden(l, 0, 1)[:, :n])
             mask = torch.ones(1, n, dtype=torch.long)
@@ -187,31 +191,34 @@ def write_page(tmp_path, family: str, length: int = 16):
     return path, page.header, store_path, model
 
 
-@pytest.mark.parametrize("family_name", ["bert", "gpt2"])
+@pytest.mark.parametrize("family_name", ["bert", "gpt2", "gemma2"])
 def test_views_draw_react_and_save_offline(browser, tmp_path, family_name):
+    """Gemma-2: layer 1 slides a window of 4 keys and caps its logits; layer 2 sees all."""
     path, header, store_path, model = write_page(tmp_path, family_name)
     opened = Opened(browser, path)
     page, n, H, L = opened.page, header["n"], header["heads"], header["layers"]
-    visible = np.arange(1, n + 1) if header["causal"] else np.full(n, n)
+    visible = np.arange(1, n + 1) if header["causal"] else np.full(n, n)  # layer 2
+    window = header.get("sliding_window", [None])[0]
+    first = np.minimum(visible, window) if window else visible  # layer 1, the page's first
     opened.threshold("0")
     k = 5  # the slider's default
-    assert opened.lines() == H * np.minimum(k, visible).sum()
+    assert opened.lines() == H * np.minimum(k, first).sum()
     page.screenshot(path=tmp_path / "head.png", full_page=True)
 
     page.click("#heads .head[data-head='0']")  # head 1 off
-    assert opened.lines() == (H - 1) * np.minimum(k, visible).sum()
+    assert opened.lines() == (H - 1) * np.minimum(k, first).sum()
     page.click("#heads .head[data-head='0']")
     page.dblclick("#heads .head[data-head='2']")  # head 3 alone
-    assert opened.lines() == np.minimum(k, visible).sum()
+    assert opened.lines() == np.minimum(k, first).sum()
 
     before = page.eval_on_selector_all("#head-svg line", "ls => ls.map(l => l.getAttribute('y2'))")
     opened.choose("#source", "AttnResLnFf")
     after = page.eval_on_selector_all("#head-svg line", "ls => ls.map(l => l.getAttribute('y2'))")
-    assert opened.lines() == np.minimum(k, visible).sum() and before != after
+    assert before != after
     opened.choose("#source", "weights")
 
     page.hover("#head-svg text[data-side='left'][data-index='3']")
-    assert opened.lines() == min(k, visible[3])
+    assert opened.lines() == min(k, first[3])
     page.mouse.move(0, 0)
 
     page.click(".tabs button[data-view='model']")

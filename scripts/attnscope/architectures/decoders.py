@@ -78,6 +78,7 @@ def _optional_norm(layer, name: str, model_type: str) -> CanonicalLayerNorm | No
 
 def layer_norms(layer, model_type: str) -> dict:
     """The four norm slots of a decoder layer, from the modules it has."""
+
     def norm(name):
         return _optional_norm(layer, name, model_type)
 
@@ -183,8 +184,11 @@ def feed_forward(mlp, config) -> FeedForward | MixtureOfExperts:
         W, b = _linear(mlp.gate_up_proj)
         half = W.shape[1] // 2
         return _gated(
-            (W[:, :half], b[:half]), (W[:, half:], b[half:]), _linear(mlp.down_proj),
-            activation, name,
+            (W[:, :half], b[:half]),
+            (W[:, half:], b[half:]),
+            _linear(mlp.down_proj),
+            activation,
+            name,
         )
     return _gated(
         _linear(mlp.gate_proj), _linear(mlp.up_proj), _linear(mlp.down_proj), activation, name

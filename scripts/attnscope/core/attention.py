@@ -24,7 +24,7 @@ def attention_input(X: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
 
 
 def repeat_kv(t: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
-    """Key/value heads repeated for the query heads that share them.  [B, H_kv, ...] -> [B, H, ...]"""
+    """Key/value heads repeated for the query heads sharing them.  [B, H_kv, ..] -> [B, H, ..]"""
     groups = layer.n_heads // layer.n_kv_heads
     return t if groups == 1 else t.repeat_interleave(groups, dim=1)
 

@@ -52,9 +52,7 @@ class CanonicalLayerNorm:
         import torch
 
         if self.centred:
-            return torch.nn.functional.layer_norm(
-                x, x.shape[-1:], self.gamma, self.beta, self.eps
-            )
+            return torch.nn.functional.layer_norm(x, x.shape[-1:], self.gamma, self.beta, self.eps)
         return self.gamma * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
@@ -155,9 +153,7 @@ class FeedForward:
         U = h @ self.W_in + self.b_in
         if self.gated:
             G = h @ self.W_gate + self.b_gate
-            c_gate, c_in = gated_coefficients(
-                self.activation, G, U, ig_steps, self.activation_name
-            )
+            c_gate, c_in = gated_coefficients(self.activation, G, U, ig_steps, self.activation_name)
             c = torch.cat([c_gate, c_in], dim=-1)
             W_pre = torch.cat([self.W_gate, self.W_in], dim=1)
             b_pre = torch.cat([self.b_gate, self.b_in])

@@ -33,7 +33,7 @@ from attnscope.analyses.mixing.statistics import (
 )
 from attnscope.architectures import architecture
 from attnscope.core import checks
-from attnscope.core.attention import attention_probs, layer_visible_pairs, visible_pairs
+from attnscope.core.attention import attention_probs, layer_visible_pairs
 from attnscope.core.canonical import CanonicalModel
 from attnscope.core.store import HiddenStates
 
@@ -130,6 +130,7 @@ def analyse_corpus(
     maps.attrs["description"] = "{scope}/{layer} [seq, query i, key j]: ||z_ij|| or weights"
     maps.attrs["ig_steps"] = ig_steps
     maps.attrs["causal"] = bool(weights.layers[0].causal)
+    maps.attrs["sliding_window"] = [layer.sliding_window or 0 for layer in weights.layers]
     stored_exact = store.attrs.get("dtype", "float32") == "float32"
     ratios = MixingRatios(SCOPES, weights.n_layers)
     rsa = ScopeRSA(SCOPES, weights.n_layers)
@@ -144,7 +145,7 @@ def analyse_corpus(
         for batch in store.batches(l, batch_size, device):
             X, mask = batch.X, batch.mask
             n = X.shape[1]
-            pairs = visible_pairs(mask, layer.causal)
+            pairs = layer_visible_pairs(mask, layer)
             with torch.no_grad():
                 X_next = None
                 if stored_exact:

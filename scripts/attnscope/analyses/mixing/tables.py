@@ -26,12 +26,14 @@ def ff_pairs_table(
     top_k: int,
     token_of: Callable[[int], str],
 ) -> pd.DataFrame:
-    """ff_pairs.tsv from the stored AttnResLn and AttnResLnFf maps [N, L, L] of every layer;
-    input_ids, attention_mask [N, L] of the corpus. Batches as in mixing_compute, so the sums
+    """ff_pairs.tsv from the stored AttnResLn and AttnResLnFf maps [N, L, L] of every layer
+    (over the pairs each layer sees: causal, sliding window); input_ids, attention_mask [N, L]
+    of the corpus. Batches as in mixing_compute, so the sums
     (and the table) are the same as computed there."""
     n_layers = len(maps["AttnResLn"])
     lengths = attention_mask.sum(axis=1)
     pairs = FfPairs(n_layers)
+    windows = maps.attrs.get("sliding_window", [0] * n_layers)  # 0: the layer has none
     for l in range(n_layers):
         before, after = maps[f"AttnResLn/{l + 1}"], maps[f"AttnResLnFf/{l + 1}"]
         for start, stop, n in batch_spans(lengths, batch_size):
@@ -40,7 +42,7 @@ def ff_pairs_table(
                 l,
                 torch.from_numpy(before[start:stop, :n, :n].astype(np.float32)),
                 torch.from_numpy(after[start:stop, :n, :n].astype(np.float32)),
-                visible_pairs(mask, bool(maps.attrs["causal"])),
+                visible_pairs(mask, bool(maps.attrs["causal"]), int(windows[l]) or None),
                 input_ids[start:stop, :n],
             )
     return pairs.table(top_k, token_of)

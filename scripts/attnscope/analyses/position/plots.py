@@ -10,11 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import seaborn as sns
-
-from attnscope.core.tables import is_not_applicable
 from matplotlib import pyplot as plt
 
 import attnscope.core.plotting  # noqa: F401  (the shared look; sets the Agg backend)
+from attnscope.core.tables import is_not_applicable
 
 
 def pe_spectrum(pe_spectrum: pd.DataFrame, title: str):
