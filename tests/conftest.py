@@ -68,6 +68,9 @@ DECODERS = (
     "smollm3",
     "phi3",
     "mixtral",
+    "gpt_neox",
+    "stablelm",
+    "cohere",
 )
 WINDOW = 4  # sliding windows shorter than the tiny batches, so that they take effect
 
@@ -124,6 +127,10 @@ def tiny_decoder_config(model_type: str):
         ),
         "phi3": dict(sliding_window=WINDOW),
         "mixtral": dict(num_local_experts=4, num_experts_per_tok=2, sliding_window=WINDOW),
+        # no grouped-query heads in GPT-NeoX: num_key_value_heads is ignored
+        "gpt_neox": dict(rotary_pct=0.5, use_parallel_residual=True, attention_bias=True),
+        "stablelm": dict(partial_rotary_factor=0.5, use_qkv_bias=True, qk_layernorm=True),
+        "cohere": dict(use_qk_norm=True, attention_bias=True),
     }[model_type]
     return AutoConfig.for_model(model_type, **{**settings, **extra})
 
@@ -140,10 +147,11 @@ def tiny_model(family: str, seed: int = 0, head: str = "base"):
         from transformers import AutoModelForCausalLM as cls
     kwargs = {"experts_implementation": "eager"} if family == "mixtral" else {}
     model = cls.from_config(config, attn_implementation="eager", **kwargs)
-    # Random LayerNorm and bias values, so that no term of a decomposition hides at 0/1.
+    # Random norm weights (per-head ones too) and biases, so that no term of a decomposition
+    # hides at 0/1.
     with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 1:
+        for name, p in model.named_parameters():
+            if p.dim() == 1 or "norm" in name:
                 p.add_(0.1 * torch.randn_like(p))
     return model.eval()
 

@@ -1,4 +1,4 @@
-"""Rotary decoders (Llama anatomy, `attnscope.architectures.decoders`): the canonical form
+"""Rotary decoders (`attnscope.architectures.decoders` and `neox`): the canonical form
 against the real `transformers` modules, on a tiny random model of every supported type
 (`conftest.tiny_decoder_config`: grouped-query heads, short sliding windows, soft-capping,
 randomised norm weights and biases)."""
@@ -44,9 +44,10 @@ def module_attention_weights(model, l: int, X: torch.Tensor, mask: torch.Tensor)
     core = base_model(model)
     block = core.layers[l]
     x = block.input_layernorm(X) if hasattr(block, "input_layernorm") else X
-    window = sliding_window(block.self_attn, model.config)
+    attn = block.attention if hasattr(block, "attention") else block.self_attn  # GPT-NeoX
+    window = sliding_window(attn, model.config)
     with torch.no_grad():
-        return block.self_attn(
+        return attn(
             hidden_states=x,
             attention_mask=additive_mask(mask, True, X.dtype, window),
             position_embeddings=position_embeddings(core, x, l),

@@ -117,6 +117,57 @@ def test_tiny_workflow_runs_every_rule(tiny_run):
     assert len(ratio) == 8 * 3 and ratio["mean"].between(0, 1).all()
 
 
+DECODER_RUN = ("llama", "gemma2", "mixtral")
+
+
+@pytest.fixture(scope="module")
+def decoder_run(tmp_path_factory):
+    """Tiny random Llama, Gemma-2 (sliding window 4, soft-capping, sandwich norms) and Mixtral
+    (top-2 of 4 experts) with a byte-level BPE trained on WikiText, through the whole workflow
+    in one run. No [MASK]: the mixing family reads the plain wiki corpus."""
+    from conftest import write_tiny_decoder_folder
+
+    models = {}
+    for model_type in DECODER_RUN:
+        folder = write_tiny_decoder_folder(tmp_path_factory.mktemp(model_type), model_type)
+        models[model_type] = {"source": "path", "path": str(folder)}
+    config = small_config(models)
+    del config["corpora"]["wiki_masked"]
+    config["analyses"]["mixing"] = {"corpora": ["wiki"]}
+    workdir = tmp_path_factory.mktemp("decoder-run")
+    result = snakemake(workdir, config)
+    assert result.returncode == 0, result.stderr[-5000:]
+    return workdir, config
+
+
+def test_decoders_run_every_rule(decoder_run):
+    """Every family on Llama, Gemma-2 and Mixtral: stores without NaN holding the raw residual
+    stream, mixing checked on every batch, learned-position tables saying why they are empty,
+    tr_t computed, views written."""
+    workdir, config = decoder_run
+    again = snakemake(workdir, config, "--dry-run")
+    assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    for model in DECODER_RUN:
+        results = workdir / "results" / model
+        for corpus in ("wiki", "wiki512", "ewt", "gap", "texts"):
+            with h5py.File(results / corpus / "hidden_states.h5", "r") as f:
+                assert sorted(f["hidden"], key=int) == ["0", "1", "2"]
+                assert "before any final norm" in f.attrs["states"]
+                for state in f["hidden"].values():
+                    assert np.isfinite(state[()]).all()
+        check = pd.read_csv(results / "wiki/mixing/decomposition_check.tsv", sep="\t")
+        assert len(check) == 2 * 7 and (check["max_rel"] < 1e-5).all(), check
+        for table in ("pe_spectrum.tsv", "wa_singular_values.tsv"):
+            status = pd.read_csv(results / "model" / table, sep="\t")["status"]
+            assert status.tolist() == [status[0]] and status[0].startswith("not applicable")
+        trt = pd.read_csv(results / "wiki512/position/trt.tsv.gz", sep="\t")
+        assert trt["value"].between(0, 1 + 1e-6).all() and (trt[trt.t > 0]["value"] == 0).all()
+        norms = pd.read_csv(results / "wiki/norms/decomposition_check.tsv", sep="\t")
+        assert np.isfinite(norms.select_dtypes("number")).all().all()
+        assert len(list((results / "wiki/views").glob("sequence_*.html"))) == 2
+        assert (results / "wiki/weights/figures/head_map.png").stat().st_size > 1000
+
+
 def test_views_pages_hold_the_stores_and_tables_values(tiny_run):
     """The configured pages exist and are listed; a page's head-summed norms are the norms
     family's attn_n_maps.h5, and its tokens are the store's."""

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from attnscope.architectures import bert, decoders, gpt2
+from attnscope.architectures import bert, decoders, gpt2, neox
 from attnscope.architectures.base import Architecture, UnsupportedModelError, base_model
 from attnscope.core.canonical import CanonicalModel
 
-FAMILIES = (bert.ARCHITECTURE, gpt2.ARCHITECTURE, decoders.ARCHITECTURE)
+FAMILIES = (bert.ARCHITECTURE, gpt2.ARCHITECTURE, decoders.ARCHITECTURE, neox.ARCHITECTURE)
 BY_MODEL_TYPE = {model_type: family for family in FAMILIES for model_type in family.model_types}
 SUPPORTED_MODEL_TYPES = tuple(BY_MODEL_TYPE)
 

@@ -104,7 +104,7 @@ def layer_norms(layer, model_type: str) -> dict:
     }
 
 
-def _linear(module) -> tuple[torch.Tensor, torch.Tensor]:
+def linear(module) -> tuple[torch.Tensor, torch.Tensor]:
     """(W [in, out], b [out]) of an nn.Linear in x @ W layout; b zero without a bias."""
     import torch
 
@@ -119,22 +119,22 @@ def _heads_in(W: torch.Tensor, d_head: int) -> torch.Tensor:
     return W.reshape(d, -1, d_head).permute(1, 0, 2).contiguous()
 
 
-def _attention_weights(attn, config) -> dict:
+def attention_weights(attn, config) -> dict:
     """W_Q, b_Q, W_K, b_K, W_V, b_V [H(_kv), d, d'] / [H(_kv), d'] and W_O [H, d', d], b_O."""
     d_head = attn.head_dim
     if hasattr(attn, "qkv_proj"):  # Phi-3: [q (H d') | k (H_kv d') | v (H_kv d')]
-        W, b = _linear(attn.qkv_proj)
+        W, b = linear(attn.qkv_proj)
         q_end = config.num_attention_heads * d_head
         k_end = q_end + config.num_key_value_heads * d_head
         pieces = {"Q": (W[:, :q_end], b[:q_end]), "K": (W[:, q_end:k_end], b[q_end:k_end])}
         pieces["V"] = (W[:, k_end:], b[k_end:])
     else:
-        pieces = {key: _linear(getattr(attn, f"{key.lower()}_proj")) for key in "QKV"}
+        pieces = {key: linear(getattr(attn, f"{key.lower()}_proj")) for key in "QKV"}
     out = {}
     for key, (W, b) in pieces.items():
         out[f"W_{key}"] = _heads_in(W, d_head)
         out[f"b_{key}"] = b.reshape(-1, d_head).contiguous()
-    W_O, b_O = _linear(attn.o_proj)
+    W_O, b_O = linear(attn.o_proj)
     out["W_O"] = W_O.reshape(-1, d_head, W_O.shape[1]).contiguous()
     out["b_O"] = b_O
     return out
@@ -181,17 +181,17 @@ def feed_forward(mlp, config) -> FeedForward | MixtureOfExperts:
         )
     activation = getattr(mlp, "act_fn", None) or mlp.activation_fn
     if hasattr(mlp, "gate_up_proj"):  # Phi-3: gate first
-        W, b = _linear(mlp.gate_up_proj)
+        W, b = linear(mlp.gate_up_proj)
         half = W.shape[1] // 2
         return _gated(
             (W[:, :half], b[:half]),
             (W[:, half:], b[half:]),
-            _linear(mlp.down_proj),
+            linear(mlp.down_proj),
             activation,
             name,
         )
     return _gated(
-        _linear(mlp.gate_proj), _linear(mlp.up_proj), _linear(mlp.down_proj), activation, name
+        linear(mlp.gate_proj), linear(mlp.up_proj), linear(mlp.down_proj), activation, name
     )
 
 
@@ -221,7 +221,7 @@ def _layer(core, index: int, config) -> CanonicalLayer:
     layer = core.layers[index]
     attn = layer.self_attn
     model_type = config.model_type
-    weights = _attention_weights(attn, config)
+    weights = attention_weights(attn, config)
     ff = feed_forward(layer.mlp, config)
     multiplier = getattr(config, "residual_multiplier", 1.0)  # Granite
     if multiplier != 1.0:

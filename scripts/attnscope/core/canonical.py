@@ -31,7 +31,9 @@ Activation = Callable[["torch.Tensor"], "torch.Tensor"]
 @dataclass(frozen=True)
 class CanonicalLayerNorm:
     """LayerNorm (`centred`: gamma (x - mean) / sqrt(var + eps) + beta) or RMSNorm (not
-    centred: gamma x / sqrt(mean(x^2) + eps) + beta, beta zero). gamma, beta [d]."""
+    centred: gamma x / sqrt(mean(x^2) + eps) + beta, beta zero). gamma, beta [d], or with
+    leading axes that broadcast over the normalised vectors: a QK-norm with its own weights
+    per head ([H, 1, d'] over heads [B, H, n, d']: StableLM, Cohere)."""
 
     gamma: torch.Tensor
     beta: torch.Tensor
@@ -51,8 +53,11 @@ class CanonicalLayerNorm:
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         import torch
 
-        if self.centred:
+        if self.centred and self.gamma.dim() == 1:
             return torch.nn.functional.layer_norm(x, x.shape[-1:], self.gamma, self.beta, self.eps)
+        if self.centred:  # weights per head: layer_norm takes [d] weights only
+            normed = torch.nn.functional.layer_norm(x, x.shape[-1:], eps=self.eps)
+            return self.gamma * normed + self.beta
         return self.gamma * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
@@ -222,8 +227,9 @@ class CanonicalLayer:
     `ln_attn`, `ln_ff`: the norm before each block in pre-LN (None: the block reads the stream
     itself, OLMo-2), after each residual sum in post-LN. `post_attn`, `post_ff`: a norm on a
     block's output before it joins the stream (Gemma-2/3 sandwich, OLMo-2), or None.
-    `q_norm`, `k_norm`: QK-norm on each head ([d'] weights, Qwen3) or on the whole projection
-    (`qk_norm_whole`: [H d'] and [H_kv d'] weights, OLMo-2), before the rotation.
+    `q_norm`, `k_norm`: QK-norm on each head ([d'] weights, Qwen3; [H, 1, d'] and
+    [H_kv, 1, d'] where every head has its own, StableLM and Cohere) or on the whole
+    projection (`qk_norm_whole`: [H d'] and [H_kv d'] weights, OLMo-2), before the rotation.
     `scale` multiplies the scores q k^T; `softcap` c: scores -> c tanh(scores / c) before the
     mask (Gemma-2); `sliding_window` w: query i sees keys i - w < j <= i.
     """

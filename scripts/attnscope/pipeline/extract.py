@@ -158,6 +158,10 @@ def extract(
         out.attrs.update(attrs or {})
         out.attrs["corpus_sha256"] = sha256_of(encoded_path)
         out.attrs["dtype"] = dtype
+        out.attrs["states"] = (
+            "hidden/{l}: the raw residual stream entering layer l + 1 (0: the embeddings); "
+            f"hidden/{n_states - 1}: the last layer's output before any final norm"
+        )
         out.attrs["packages"] = json.dumps(
             {p: importlib.metadata.version(p) for p in PACKAGES}, sort_keys=True
         )
