@@ -29,6 +29,14 @@ pre-LN (GPT-2): LN1 -> Attn -> +Res -> LN2 -> FF -> +Res, then the next LayerNor
     AttnResLnFfResLn  the LayerNorm that reads X_{l+1} next (LN1 of layer l + 1, ln_f after
                       the last layer): what the next block actually sees
 
+Rotary decoders (`architectures/decoders.py`, `neox.py`) take the pre-LN path with their own
+norms (RMSNorm: no centring, s from the mean square): a norm on a block's output (Gemma-2/3,
+OLMo-2: `post_attn`, `post_ff`) maps that block's parts like any norm, its scale from the whole
+sum; a block without an input norm (OLMo-2) reads the AttnRes parts themselves; with a parallel
+residual (NeoX, Cohere) the FF reads its norm of X, so its parts are the tokens themselves. The
+FF is any `FeedForward.linearise`: plain (c = g(U)/U), gated (`gated_split`), or a mixture of
+experts (each chosen expert's gated split, weighted by the router).
+
 Cost: the FF stage dominates. Its pre-activation parts z_ij W_in are not formed as n^2
 products with the [d, d_ff] matrix W_in: the AttnResLn parts are LayerNorm-scaled sums of H
 head vectors and the residual, z_ij = gamma * C(sum_h alpha^h_ij f^h(x_j) + [i = j] x_i) / s_i
