@@ -13,6 +13,8 @@ from scipy.stats import rankdata, spearmanr
 
 from attnscope.analyses.norms.affine import affine_singular_value_table
 from attnscope.analyses.norms.corpus import analyse_corpus
+from attnscope.analyses.norms.massive_activations import MassiveActivations
+from attnscope.analyses.norms.sinks import SinkStatistics
 from attnscope.analyses.norms.statistics import NormsAccumulator, spearman
 from attnscope.analyses.norms.summed_norms import head_summed_norms
 from attnscope.architectures import architecture, base_model, canonical_weights
@@ -27,7 +29,7 @@ from conftest import tiny_batch, tiny_model, write_tiny_store
 def run_model(model, ids, mask, token_types=None):
     """Hidden states (inputs of every layer) and attention maps from `transformers` itself."""
     inputs = {"input_ids": ids, "attention_mask": mask}
-    if token_types is not None and model.config.model_type != "gpt2":
+    if token_types is not None and model.config.model_type in ("bert", "roberta", "electra"):
         inputs["token_type_ids"] = token_types
     with torch.no_grad():
         out = model(**inputs, output_hidden_states=True, output_attentions=True)
@@ -35,8 +37,17 @@ def run_model(model, ids, mask, token_types=None):
 
 
 def module_values(model, layer: int, X: torch.Tensor) -> torch.Tensor:
-    """f^h(x_j) [B, H, n, d] straight from the module weights (nn.Linear or Conv1D)."""
+    """f^h(x_j) [B, H, n, d] straight from the module weights (nn.Linear or Conv1D); a
+    grouped-query decoder's value heads repeated for the query heads that share them."""
     core, H = base_model(model), model.config.num_attention_heads
+    if hasattr(core, "layers"):  # the rotary decoders (Llama anatomy)
+        block = core.layers[layer]
+        v = block.self_attn.v_proj(block.input_layernorm(X))
+        W_O = block.self_attn.o_proj.weight.T  # [H*d', d]
+        B, n, _ = v.shape
+        v = v.reshape(B, n, model.config.num_key_value_heads, -1).permute(0, 2, 1, 3)
+        v = v.repeat_interleave(H // v.shape[1], dim=1)
+        return torch.einsum("bhne,hed->bhnd", v, W_O.reshape(H, -1, W_O.shape[-1]))
     if model.config.model_type == "gpt2":
         block = core.h[layer]
         d = X.shape[-1]
@@ -354,6 +365,8 @@ def test_figures_draw_from_tables(tmp_path):
         "alpha_fx_scatter": {"alpha_fx_sample", "alpha_fx_spearman"},
         "sep_heads": {"sep_heads"},
         "token_class_layer": {"token_class_layer"},
+        "attention_sinks": {"attention_sinks"},
+        "massive_activations": {"massive_activations"},
     }
     assert set(arguments) == set(norms_plots.FIGURES)
     figures = {
@@ -370,3 +383,183 @@ def test_figures_draw_from_tables(tmp_path):
     chosen = norms_plots.heads_per_layer(affine_singular_value_table(weights), seed=1)
     assert chosen == norms_plots.heads_per_layer(affine_singular_value_table(weights), seed=1)
     assert sorted(chosen) == [1, 2] and all(1 <= h <= 4 for h in chosen.values())
+
+
+def analyse_tiny_store(store_path, model, weights=None, max_rel_residual=1e-4):
+    """The tables of `analyse_corpus` over a tiny store (batches of 2, Spearman exact)."""
+    with HiddenStates(store_path) as store, atomic_h5(store_path.with_suffix(".maps.h5")) as maps:
+        acc, _ = analyse_corpus(
+            store,
+            weights or canonical_weights(model),
+            model,
+            maps,
+            batch_size=2,
+            device="cpu",
+            sample_size=10**6,
+            seed=0,
+            max_rel_residual=max_rel_residual,
+        )
+    return acc.tables(sample_rate=0.5, scatter_points=10)
+
+
+def counted_rows(n: int, layer) -> list[int]:
+    """The query rows of a sequence of n real tokens that see position 0, query 0 left out
+    for causal layers (the definition in analyses/norms/sinks.py, written out)."""
+    window = layer.sliding_window or n
+    return [i for i in range(n) if (i > 0 or not layer.causal) and (i < window or not layer.causal)]
+
+
+def test_sinks_and_massive_activations_match_transformers(tmp_path, family):
+    """attention_sinks.tsv recomputed row by row in numpy from `transformers`' own attention
+    weights and value/output projections; massive_activations.tsv from the stored states."""
+    store_path, model = write_tiny_store(tmp_path, family, batch=5, length=14)
+    weights = canonical_weights(model)
+    tables = analyse_tiny_store(store_path, model, weights)
+    with HiddenStates(store_path) as store:
+        ids = torch.from_numpy(store.input_ids).long()
+        mask = torch.from_numpy(store.attention_mask).long()
+        types = torch.from_numpy(store.token_type_ids).long()
+        states = [store.hidden(l) for l in range(store.n_layers + 1)]
+        lengths = store.lengths
+    hidden, attentions = run_model(model, ids, mask, types)
+    L, H = weights.n_layers, weights.n_heads
+
+    sinks = tables["attention_sinks"]
+    assert len(sinks) == L * H and sinks[["layer", "head"]].min().tolist() == [1, 1]
+    for l, layer in enumerate(weights.layers):
+        with torch.no_grad():
+            fx = module_values(model, l, hidden[l]).numpy()
+        alpha = attentions[l].numpy()
+        terms = {k: [[] for _ in range(H)] for k in ("alpha", "share", "ratio", "first", "other")}
+        for s, n in enumerate(lengths):
+            a, f = alpha[s, :, :n, :n], fx[s, :, :n]  # [H, n, n], [H, n, d]
+            f_norm = np.linalg.norm(f, axis=-1)
+            for h in range(H):
+                terms["first"][h].append(f_norm[h, 0])
+                terms["other"][h] += list(f_norm[h, 1:])
+                for i in counted_rows(n, layer):
+                    weighted = a[h, i, 0] * f_norm[h, 0]
+                    terms["alpha"][h].append(a[h, i, 0])
+                    terms["share"][h].append(weighted / (a[h, i] * f_norm[h]).sum())
+                    output = np.linalg.norm(a[h, i] @ f[h])
+                    terms["ratio"][h].append(weighted / output)
+        rows = sinks[sinks["layer"] == l + 1]
+        assert rows["n_rows"].tolist() == [len(v) for v in terms["alpha"]]
+        for column, key in [
+            ("alpha_first", "alpha"),
+            ("norm_share", "share"),
+            ("output_ratio", "ratio"),
+            ("fx_first", "first"),
+            ("fx_other", "other"),
+        ]:
+            expected = [np.mean(v) for v in terms[key]]
+            np.testing.assert_allclose(rows[column], expected, rtol=2e-4, err_msg=column)
+        np.testing.assert_allclose(rows["fx_ratio"], rows["fx_first"] / rows["fx_other"])
+    assert sinks[["alpha_first", "norm_share"]].stack().between(0, 1).all()
+    assert (sinks["output_ratio"] >= sinks["norm_share"] * (1 - 1e-5)).all()
+
+    massive = tables["massive_activations"]
+    assert massive["layer"].tolist() == list(range(L + 1))  # hidden/0 .. hidden/L
+    for l, X in enumerate(states):
+        tops = [np.abs(X[s, :n]).max(-1) for s, n in enumerate(lengths) if n > 1]
+        dims = [int(np.abs(X[s, 0]).argmax()) for s, n in enumerate(lengths) if n > 1]
+        first = np.array([t[0] for t in tops])
+        other = np.array([np.median(t[1:]) for t in tops])
+        row = massive.iloc[l]
+        assert row["n_sequences"] == len(tops)
+        np.testing.assert_allclose(
+            row[["first_max", "other_median", "ratio", "ratio_max"]].astype(float),
+            [first.mean(), other.mean(), (first / other).mean(), (first / other).max()],
+            rtol=1e-6,
+        )
+        assert row["top_dim_share"] == max(dims.count(d) for d in dims) / len(dims)
+        assert dims.count(row["top_dim"]) == max(dims.count(d) for d in dims)
+        if weights.causal:  # the first position sees only itself: the same state everywhere
+            assert row["top_dim_share"] == 1
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "gemma2"])
+def test_uniform_attention_on_equal_vectors_gives_known_shares(tmp_path, family):
+    """W_Q = b_Q = 0 makes every score 0, so alpha is uniform over the keys a query sees;
+    W_V = 0 makes f^h(x_j) = b_V W_O the same vector for every key. Then alpha_i0 = 1 / k_i
+    (k_i keys seen: n for an encoder, i + 1 for a causal row) and norm_share = output_ratio =
+    alpha_first, fx_ratio = 1. The module check is off: only the canonical weights change."""
+    store_path, model = write_tiny_store(tmp_path, family, batch=5, length=14)
+    weights = canonical_weights(model)
+    g = torch.Generator().manual_seed(0)
+    layers = [
+        dataclasses.replace(
+            layer,
+            W_Q=torch.zeros_like(layer.W_Q),
+            b_Q=torch.zeros_like(layer.b_Q),
+            W_V=torch.zeros_like(layer.W_V),
+            b_V=torch.randn(layer.b_V.shape, generator=g),
+        )
+        for layer in weights.layers
+    ]
+    weights = dataclasses.replace(weights, layers=layers)
+    sinks = analyse_tiny_store(store_path, model, weights, max_rel_residual=float("inf"))[
+        "attention_sinks"
+    ]
+    with HiddenStates(store_path) as store:
+        lengths = store.lengths
+    for l, layer in enumerate(weights.layers):
+        alpha = [
+            1 / (i + 1 if layer.causal else n) for n in lengths for i in counted_rows(n, layer)
+        ]
+        rows = sinks[sinks["layer"] == l + 1]
+        assert (rows["n_rows"] == len(alpha)).all()
+        for column in ("alpha_first", "norm_share", "output_ratio"):
+            np.testing.assert_allclose(rows[column], np.mean(alpha), rtol=1e-5, err_msg=column)
+        np.testing.assert_allclose(rows["fx_ratio"], 1, rtol=1e-5)
+    if family == "gemma2":  # layer 1 slides (window 4): rows 1..3 of every sequence count
+        assert (sinks[sinks["layer"] == 1]["n_rows"] == 3 * len(lengths)).all()
+
+
+def test_sink_shares_known_answers():
+    """Head 1 attends only to position 0: every share is 1. Head 2 splits each row evenly
+    between keys 0 and 1, whose vectors are orthogonal with norms 3 and 4: alpha_first 1/2,
+    norm_share 3 / (3 + 4), output_ratio 3 / 5 (= 1.5 / ||(1.5, 2)||)."""
+    n, d = 4, 5
+    alpha = torch.zeros(1, 2, n, n)
+    alpha[0, 0, :, 0] = 1
+    alpha[0, 1, :, :2] = 0.5
+    fx = torch.zeros(1, 2, n, d)
+    fx[0, :, 0, 0], fx[0, :, 1, 1], fx[0, :, 2, 2], fx[0, :, 3, 3] = 3, 4, 4, 4
+    mask = torch.ones(1, n)
+    sinks = SinkStatistics(n_layers=1, n_heads=2)
+    sinks.add_batch(0, alpha, fx, mask, rows=mask.bool())
+    table = sinks.table().set_index("head")
+    np.testing.assert_allclose(table.loc[1, ["alpha_first", "norm_share", "output_ratio"]], 1)
+    np.testing.assert_allclose(
+        table.loc[2, ["alpha_first", "norm_share", "output_ratio"]].astype(float),
+        [0.5, 3 / 7, 3 / 5],
+        rtol=1e-6,
+    )
+    assert table["n_rows"].tolist() == [n, n]
+    np.testing.assert_allclose(table["fx_ratio"], 3 / 4, rtol=1e-6)
+
+
+def test_massive_activation_known_answer():
+    """A first position with one feature of 1000 among positions whose largest |x| is j + 1:
+    per sequence ratio 1000 / median(2..n); padding (huge here) and one-token sequences do
+    not count."""
+    B, n, d = 3, 5, 8
+    X = torch.zeros(B, n, d)
+    for j in range(1, n):
+        X[:, j, j % d] = -(j + 1)
+    X[:, 0, 6] = 1000.0
+    mask = torch.tensor([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0], [1, 0, 0, 0, 0]])
+    X[mask == 0] = 1e6
+    massive = MassiveActivations(n_states=2)
+    massive.add_batch(1, X, mask)
+    table = massive.table()
+    assert table["layer"].tolist() == [0, 1] and table["n_sequences"].tolist() == [0, 2]
+    row = table.iloc[1]
+    ratios = [1000 / 3.5, 1000 / 2.5]  # medians of {2, 3, 4, 5} and {2, 3}
+    np.testing.assert_allclose(
+        row[["first_max", "other_median", "ratio", "ratio_max"]].astype(float),
+        [1000, 3, np.mean(ratios), max(ratios)],
+    )
+    assert row["top_dim"] == 6 and row["top_dim_share"] == 1
+    assert table.iloc[0][["first_max", "ratio"]].isna().all() and table.iloc[0]["top_dim"] == -1

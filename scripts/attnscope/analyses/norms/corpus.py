@@ -1,8 +1,11 @@
 """One streaming pass of the norm-based analysis over a store (Kobayashi et al. 2020).
 
 Per layer and batch: alpha and f(x) recomputed from the stored layer input, the statistics
-fed to `NormsAccumulator`, the head-summed map written to `maps/{l}`, and the first batch of
-every layer checked against the attention module's real output.
+fed to `NormsAccumulator` (the sink statistics with the layer's counted rows, the massive
+activations with the stored state itself), the head-summed map written to `maps/{l}`, and
+the first batch of every layer checked against the attention module's real output. The last
+state `hidden/{L}`, which no layer reads, is read once more at the end for the massive
+activations alone.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import h5py
 import pandas as pd
 import torch
 
+from attnscope.analyses.norms.sinks import sink_rows
 from attnscope.analyses.norms.statistics import NormsAccumulator
 from attnscope.analyses.norms.summed_norms import head_summed_norms
 from attnscope.architectures import architecture
@@ -77,10 +81,14 @@ def analyse_corpus(
                     )
                 x = attention_input(batch.X, layer)
                 acc.add_batch(l, x, alpha, fx, batch.mask, batch.category, layer.causal)
+                acc.sinks.add_batch(l, alpha, fx, batch.mask, sink_rows(batch.mask, layer))
+                acc.massive.add_batch(l, batch.X, batch.mask)
                 pairs = visible_pairs(batch.mask, layer.causal)
                 norm_map = head_summed_norms(alpha, fx) * pairs
             n = batch.X.shape[1]
             dataset[batch.start : batch.stop, :n, :n] = norm_map.cpu().numpy()
+    for batch in store.batches(weights.n_layers, batch_size, device):
+        acc.massive.add_batch(weights.n_layers, batch.X, batch.mask)
     residual = pd.DataFrame(
         residuals, columns=["layer", "n_tokens", "max_abs_residual", "max_rel_residual"]
     )

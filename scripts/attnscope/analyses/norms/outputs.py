@@ -1,4 +1,5 @@
-"""Outputs of the norm-based analysis (Kobayashi et al. 2020)."""
+"""Outputs of the norm-based analysis (Kobayashi et al. 2020), with attention sinks (Xiao et
+al. 2023, Gu et al. 2024) and massive activations (Sun et al. 2024) from the same pass."""
 
 from attnscope.pipeline.outputs import Family, Figure
 
@@ -21,6 +22,8 @@ FAMILY = Family(
             "alpha_fx_sample.tsv",
             "sep_heads.tsv",
             "token_class_layer.tsv",
+            "attention_sinks.tsv",
+            "massive_activations.tsv",
             "decomposition_check.tsv",
             "attn_n_maps.h5",
         ),
@@ -30,6 +33,8 @@ FAMILY = Family(
         Figure("alpha_fx_scatter", "corpus", ("alpha_fx_sample.tsv", "alpha_fx_spearman.tsv")),
         Figure("sep_heads", "corpus", ("sep_heads.tsv",)),
         Figure("token_class_layer", "corpus", ("token_class_layer.tsv",)),
+        Figure("attention_sinks", "corpus", ("attention_sinks.tsv",)),
+        Figure("massive_activations", "corpus", ("massive_activations.tsv",)),
         Figure("affine_singular_values", "model", ("affine_singular_values.tsv",), ("seed",)),
     ),
     problems=problems,

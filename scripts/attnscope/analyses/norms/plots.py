@@ -111,6 +111,55 @@ def token_class_layer(token_class_layer: pd.DataFrame, title: str):
     return fig
 
 
+def attention_sinks(attention_sinks: pd.DataFrame, title: str):
+    """Layer x head heatmaps of the first position's weight, its share of the norms, and its
+    ||f(x)|| against the other positions' (Xiao et al. 2023; Kobayashi's Fig. 4 for BOS)."""
+    table = attention_sinks
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+    panels = {
+        "alpha_first": ("alpha on the first position", "Blues", None),
+        "norm_share": ("its share of sum_j ||alpha f(x_j)||", "Blues", None),
+        "fx_ratio": ("||f(x_0)|| / mean ||f(x_j)||, j >= 1", "RdBu_r", 1.0),
+    }
+    for ax, (column, (panel, cmap, centre)) in zip(axes, panels.items(), strict=True):
+        grid = table.pivot(index="layer", columns="head", values=column)
+        limits = {"vmin": 0, "vmax": 1} if centre is None else {"center": centre}
+        sns.heatmap(grid, ax=ax, cmap=cmap, cbar_kws={"label": column}, **limits)
+        ax.set_title(panel)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def massive_activations(massive_activations: pd.DataFrame, title: str):
+    """Per hidden state, the first position's largest |feature| against the median of the
+    other positions' largest (left), and their ratio (right), log scale (Sun et al. 2024)."""
+    table = massive_activations
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    left.plot(table["layer"], table["first_max"], marker="o", label="first position")
+    left.plot(table["layer"], table["other_median"], marker="s", label="other positions (median)")
+    left.set(xlabel="hidden state (0 = embeddings)", ylabel="largest |feature|", yscale="log")
+    left.legend(fontsize="small")
+    right.plot(table["layer"], table["ratio"], marker="o", label="mean over sequences")
+    right.plot(table["layer"], table["ratio_max"], marker="^", ls="--", label="largest")
+    right.axhline(1, color="grey", lw=0.8)
+    right.set(xlabel="hidden state (0 = embeddings)", ylabel="first / others", yscale="log")
+    right.legend(fontsize="small")
+    for ax in (left, right):
+        ax.set_xticks(table["layer"])
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
 FIGURES = {
-    f.__name__: f for f in (alpha_fx_scatter, sep_heads, token_class_layer, affine_singular_values)
+    f.__name__: f
+    for f in (
+        alpha_fx_scatter,
+        sep_heads,
+        token_class_layer,
+        affine_singular_values,
+        attention_sinks,
+        massive_activations,
+    )
 }

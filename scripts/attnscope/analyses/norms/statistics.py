@@ -16,7 +16,10 @@ this module streams the stored hidden states one batch at a time and accumulates
   (~L H N n^2, 10^9 for MiniLM on wiki); per-layer ranks would change the statistic, which
   the paper pools over all heads. A uniform sample estimates the same pooled rho;
 - [SEP] per head (Fig. 4) and category sums per layer (Fig. 5);
-- the head-summed map ||sum_h alpha^h_ij f^h(x_j)|| [n, n] per sequence (`head_summed_norms`).
+- the head-summed map ||sum_h alpha^h_ij f^h(x_j)|| [n, n] per sequence (`head_summed_norms`);
+- attention sinks per head (`sinks`: weight and norm share of the first position) and
+  massive activations per hidden state (`massive_activations`: the first position's largest
+  feature against the other positions'), the same pass's decoder view of [CLS]/[SEP].
 
 Which pairs (i, j) count: query i and key j both real tokens, and j <= i for causal models
 (keys a query cannot see have alpha = 0 and are left out, not counted as zeros). Averages
@@ -34,6 +37,8 @@ import pandas as pd
 import torch
 from scipy.stats import spearmanr
 
+from attnscope.analyses.norms.massive_activations import MassiveActivations
+from attnscope.analyses.norms.sinks import SinkStatistics
 from attnscope.core.attention import visible_pairs
 from attnscope.core.streaming import BottomKSample, Moments
 from attnscope.core.tables import indexed_table
@@ -66,6 +71,8 @@ class NormsAccumulator:
         self.sep_fx = Moments((L, H))
         self.samples = {c: BottomKSample(sample_size, len(SAMPLE_FIELDS)) for c in CATEGORIES}
         self.generator = torch.Generator().manual_seed(seed)
+        self.sinks = SinkStatistics(L, H)  # fed by the caller: it needs the layer's window
+        self.massive = MassiveActivations(L + 1)  # hidden/0 .. hidden/L
 
     def add_batch(
         self,
@@ -174,6 +181,8 @@ class NormsAccumulator:
                 layer=L,
                 category=names,
             ),
+            "attention_sinks": self.sinks.table(),
+            "massive_activations": self.massive.table(),
         }
 
 
