@@ -14,16 +14,19 @@ manifest = read_manifest(snakemake.input.manifest)
 check_model_unchanged(manifest, snakemake.input.manifest)
 check_store_weights(snakemake.input.hidden_states, manifest)
 device = pick_device(snakemake.config["device"])
+head = manifest.get("lm_head", "masked" if manifest["has_mlm_head"] else None)
 with HiddenStates(snakemake.input.hidden_states) as store:
-    if not manifest["has_mlm_head"]:
-        log.info("model %s has no masked-LM head: not applicable", manifest["name"])
+    if head is None:
+        log.info("model %s has no language-model head: not applicable", manifest["name"])
         table = not_applicable(store.n_layers)
     else:
         from transformers import AutoTokenizer
 
-        log.info("model %s with its masked-LM head on %s", manifest["name"], device)
-        model = load_model(manifest["path"], device, with_lm_head=True)
-        mask_token_id = AutoTokenizer.from_pretrained(manifest["path"]).mask_token_id
+        log.info("model %s with its %s LM head on %s", manifest["name"], head, device)
+        model = load_model(manifest["path"], device, head=head)
+        mask_token_id = None  # causal LM: the next-token loss, nothing masked
+        if head == "masked":
+            mask_token_id = AutoTokenizer.from_pretrained(manifest["path"]).mask_token_id
         table = gradient_importance(
             model,
             store,

@@ -21,6 +21,7 @@ from attnscope.analyses.weights.gradients import (
     attention_gradients,
     choose_masked,
     gradient_importance,
+    next_token_targets,
     sequence_losses,
 )
 from attnscope.analyses.weights.outputs import FAMILY as WEIGHTS
@@ -360,6 +361,29 @@ def test_gradient_importance_on_a_tiny_mlm_store(tmp_path):
     np.testing.assert_allclose(table["importance"], again["importance"], rtol=1e-5)
 
 
+@pytest.mark.parametrize("model_type", ["llama", "gemma2"])
+def test_next_token_gradients_on_a_tiny_causal_lm(tmp_path, model_type):
+    """Causal LMs: the loss is transformers' own next-token loss, and the table is complete.
+    (Gemma-2 soft-caps its final logits: the loss goes through the capped logits.)"""
+    store_path, model = write_tiny_store(tmp_path, model_type, batch=4, length=12, head="causal")
+    with HiddenStates(store_path) as store:
+        ids = torch.from_numpy(store.input_ids[:1].astype(np.int64))
+        mask = torch.from_numpy(store.attention_mask[:1].astype(np.int64))
+        table = gradient_importance(model, store, None, 0.15, seed=0, batch_size=2)
+        again = gradient_importance(model, store, None, 0.15, seed=0, batch_size=3)
+    n = int(mask.sum())
+    labels, chosen = next_token_targets(ids[:, :n], mask[:, :n])
+    with torch.no_grad():
+        out = model(input_ids=ids[:, :n], labels=ids[:, :n])
+    ours = sequence_losses(out.logits, labels, chosen)
+    assert ours.item() == pytest.approx(out.loss.item(), rel=1e-5)
+    assert len(table) == 2 * len(CATEGORIES) and set(table["status"]) == {"ok"}
+    assert np.all(np.isfinite(table["importance"])) and table["importance"].sum() > 0
+    mass = table.groupby("layer")["attention"].sum()
+    np.testing.assert_allclose(mass, 1.0, atol=1e-5)  # every real key is in one category
+    np.testing.assert_allclose(table["importance"], again["importance"], rtol=1e-5)
+
+
 # ---------------------------------------------------------------- entry scripts
 
 
@@ -403,7 +427,10 @@ def test_entry_scripts_write_tables_and_figures(tmp_path, family_name):
     head_map = pd.read_csv(tables["head_map"], sep="\t")
     assert list(head_map.columns) == ["layer", "head", "mds_x", "mds_y", "cluster", "behaviour"]
     gradients = pd.read_csv(tables["gradients"], sep="\t")
-    assert set(gradients["status"]) == {NOT_APPLICABLE} and gradients["importance"].isna().all()
+    if family_name == "gpt2":  # GPT-2's LM head is its word embeddings (tied): next-token loss
+        assert set(gradients["status"]) == {"ok"} and (gradients["importance"] >= 0).all()
+    else:  # a bare BERT without a masked-LM head
+        assert set(gradients["status"]) == {NOT_APPLICABLE} and gradients["importance"].isna().all()
     tables["distances"].rename(out / "head_distances.tsv")
     for figure in WEIGHTS.figures:
         drawn = {suffix: out / "figures" / f"{figure.name}.{suffix}" for suffix in ("svg", "png")}

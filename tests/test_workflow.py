@@ -143,7 +143,7 @@ def decoder_run(tmp_path_factory):
 def test_decoders_run_every_rule(decoder_run):
     """Every family on Llama, Gemma-2 and Mixtral: stores without NaN holding the raw residual
     stream, mixing checked on every batch, learned-position tables saying why they are empty,
-    tr_t computed, views written."""
+    tr_t computed, views written, gradient importance with the next-token loss."""
     workdir, config = decoder_run
     again = snakemake(workdir, config, "--dry-run")
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
@@ -166,6 +166,8 @@ def test_decoders_run_every_rule(decoder_run):
         assert np.isfinite(norms.select_dtypes("number")).all().all()
         assert len(list((results / "wiki/views").glob("sequence_*.html"))) == 2
         assert (results / "wiki/weights/figures/head_map.png").stat().st_size > 1000
+        gradients = pd.read_csv(results / "wiki/weights/gradients.tsv", sep="\t")
+        assert set(gradients["status"]) == {"ok"} and (gradients["importance"] >= 0).all()
 
 
 def test_views_pages_hold_the_stores_and_tables_values(tiny_run):

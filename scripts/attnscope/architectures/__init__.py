@@ -25,6 +25,7 @@ __all__ = [
     "base_model",
     "canonical_weights",
     "has_mlm_head",
+    "lm_head_kind",
     "load_model",
 ]
 
@@ -44,20 +45,18 @@ def canonical_weights(model) -> CanonicalModel:
     return architecture(model.config.model_type).canonical_weights(model)
 
 
-def load_model(path: str, device: str = "cpu", with_lm_head: bool = False):
+def load_model(path: str, device: str = "cpu", head: str | None = None):
     """Load a model from a local folder with eager attention, in eval mode.
 
-    `with_lm_head`: load the masked-LM head too (for gradient analyses); returns None
-    when the checkpoint has none.
+    `head`: None for the bare model; "masked" or "causal" to load that language-model head
+    too (for the gradient analysis; `lm_head_kind` says which a checkpoint has).
     """
-    from transformers import AutoConfig, AutoModel, AutoModelForMaskedLM
+    from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM
 
     architecture(AutoConfig.from_pretrained(path).model_type, f"model at {path}")
-    if with_lm_head and not has_mlm_head(path):
-        return None
-    loader = AutoModelForMaskedLM if with_lm_head else AutoModel
+    loader = {None: AutoModel, "masked": AutoModelForMaskedLM, "causal": AutoModelForCausalLM}
     try:
-        model = loader.from_pretrained(path, attn_implementation="eager")
+        model = loader[head].from_pretrained(path, attn_implementation="eager")
     except Exception as error:  # safetensors, torch.load and transformers raise their own types
         raise OSError(f"cannot load the model weights {_weight_files(path)}: {error}") from error
     return model.to(device).eval()
@@ -71,25 +70,47 @@ def _weight_files(path: str) -> str:
     return f"{', '.join(files)} (damaged or truncated? delete the folder and rerun acquire_model)"
 
 
+def _weight_names(path: str) -> set[str]:
+    """The tensor names a checkpoint stores (single, sharded or pickled)."""
+    from safetensors import safe_open
+
+    folder = Path(path)
+    index = folder / "model.safetensors.index.json"
+    if index.exists():
+        return set(json.loads(index.read_text())["weight_map"])
+    if (folder / "model.safetensors").exists():
+        try:
+            with safe_open(folder / "model.safetensors", "pt") as f:
+                return set(f.keys())
+        except Exception as error:
+            raise OSError(f"cannot read {_weight_files(path)}: {error}") from error
+    if (folder / "pytorch_model.bin").exists():
+        import torch
+
+        return set(torch.load(folder / "pytorch_model.bin", map_location="cpu"))
+    return set()
+
+
 def has_mlm_head(path: str) -> bool:
     """Whether the checkpoint in `path` stores masked-LM head weights for its family."""
-    from safetensors import safe_open
     from transformers import AutoConfig
 
     prefixes = architecture(AutoConfig.from_pretrained(path).model_type).mlm_head_prefixes
-    folder = Path(path)
-    names: set[str] = set()
-    index = folder / "model.safetensors.index.json"
-    if index.exists():
-        names = set(json.loads(index.read_text())["weight_map"])
-    elif (folder / "model.safetensors").exists():
-        try:
-            with safe_open(folder / "model.safetensors", "pt") as f:
-                names = set(f.keys())
-        except Exception as error:
-            raise OSError(f"cannot read {_weight_files(path)}: {error}") from error
-    elif (folder / "pytorch_model.bin").exists():
-        import torch
+    return bool(prefixes) and any(name.startswith(prefixes) for name in _weight_names(path))
 
-        names = set(torch.load(folder / "pytorch_model.bin", map_location="cpu"))
-    return bool(prefixes) and any(name.startswith(prefixes) for name in names)
+
+def lm_head_kind(path: str) -> str | None:
+    """ "masked" (a masked-LM head is stored), "causal" (a causal LM whose head is stored, or
+    tied to its word embeddings, as GPT-2's and Gemma's are), or None."""
+    from transformers import AutoConfig
+
+    if has_mlm_head(path):
+        return "masked"
+    config = AutoConfig.from_pretrained(path)
+    prefixes = architecture(config.model_type).causal_lm_prefixes
+    if not prefixes:
+        return None
+    tied = bool(getattr(config, "tie_word_embeddings", False))
+    if tied or any(name.startswith(prefixes) for name in _weight_names(path)):
+        return "causal"
+    return None

@@ -33,6 +33,7 @@ class Architecture:
                          state l is the input of layer l + 1 (no final LayerNorm applied)
     max_positions        config.json as a dict -> the longest input (pieces) the model takes
     mlm_head_prefixes    weight-name prefixes of a masked-LM head (none for causal LMs)
+    causal_lm_prefixes   weight-name prefixes of a causal LM's output head (none for encoders)
     """
 
     name: str
@@ -43,6 +44,7 @@ class Architecture:
     residual_states: Callable[[torch.nn.Module, dict], list[torch.Tensor]]
     max_positions: Callable[[dict], int]
     mlm_head_prefixes: tuple[str, ...] = ()
+    causal_lm_prefixes: tuple[str, ...] = ()
 
     def model_inputs(self, model, input_ids, attention_mask, token_type_ids) -> dict:
         """Keyword arguments of the forward pass; segment ids only where the model uses them."""

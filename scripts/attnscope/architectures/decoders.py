@@ -351,4 +351,5 @@ ARCHITECTURE = Architecture(
     attention_output=attention_output,
     residual_states=residual_states,
     max_positions=lambda config: config["max_position_embeddings"],
+    causal_lm_prefixes=("lm_head",),
 )

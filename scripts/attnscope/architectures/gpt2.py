@@ -110,4 +110,5 @@ ARCHITECTURE = Architecture(
     attention_output=attention_output,
     residual_states=residual_states,
     max_positions=lambda config: config["n_positions"],
+    causal_lm_prefixes=("lm_head",),
 )

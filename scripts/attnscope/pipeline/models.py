@@ -19,6 +19,7 @@ from attnscope.architectures import (
     architecture,
     canonical_weights,
     has_mlm_head,
+    lm_head_kind,
     load_model,
 )
 from attnscope.core.canonical import CanonicalModel
@@ -166,6 +167,7 @@ def build_manifest(name: str, spec: dict, mirror: str = "", resources: str = "re
         "path": str(folder),
         "model_type": config.model_type,
         "has_mlm_head": has_mlm_head(str(folder)),
+        "lm_head": lm_head_kind(str(folder)),
         "weights_sha256": {p.name: sha256_of(p) for p in weights},
         "files": {p.name: file_record(p) for p in model_files(folder)},
         "config": config.to_dict(),

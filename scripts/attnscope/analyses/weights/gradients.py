@@ -13,9 +13,13 @@ sequence is the mean cross-entropy over its masked pieces; a batch's loss is the
 sequences, so every sequence's gradient is that of its own loss. dL/dalpha is the total
 derivative (through every later layer), as autograd gives it for the attention tensor.
 
+Causal LMs (GPT-2, the rotary decoders, with their LM head stored or tied to the embeddings):
+L is the next-token loss instead, nothing masked: per sequence the mean cross-entropy of the
+prediction of piece i + 1 at every real position i that has a real successor.
+
 This needs a fresh forward pass on the masked input (the store holds the unmasked states):
 the model's own eager attention weights, returned with output_attentions, keep their grad.
-A model without a masked-LM head (the default MiniLM, GPT-2) gets `NOT_APPLICABLE` rows.
+A model without a language-model head (the default MiniLM) gets `NOT_APPLICABLE` rows.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from attnscope.core.tokens import CATEGORY_NAMES, CLS, OTHER, PUNCT, SEP
 
 CATEGORIES = {CATEGORY_NAMES[c]: c for c in (CLS, SEP, PUNCT, OTHER)}  # table order
 STATUS_OK = "ok"
-NOT_APPLICABLE = "not applicable: no MLM head"
+NOT_APPLICABLE = "not applicable: no LM head"
 
 
 def choose_masked(
@@ -74,8 +78,18 @@ def _embedding_leaf(model):
             p.requires_grad_(flag)
 
 
+def next_token_targets(input_ids: torch.Tensor, attention_mask: torch.Tensor):
+    """(labels, chosen) of the next-token loss: label i is piece i + 1, chosen where both i and
+    i + 1 are real.  input_ids, attention_mask [B, n] -> [B, n] each"""
+    labels = input_ids.roll(-1, dims=1)
+    chosen = torch.zeros_like(attention_mask, dtype=torch.bool)
+    chosen[:, :-1] = attention_mask[:, :-1].bool() & attention_mask[:, 1:].bool()
+    return labels, chosen
+
+
 def sequence_losses(logits: torch.Tensor, labels: torch.Tensor, chosen: torch.Tensor):
-    """Mean cross-entropy over each sequence's masked pieces.  logits [B, n, V] -> [B]"""
+    """Mean cross-entropy over each sequence's chosen pieces (masked, or predicting the next
+    one).  logits [B, n, V] -> [B]"""
     ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
     chosen = chosen.to(ce.dtype)
     return (ce * chosen).sum(-1) / chosen.sum(-1).clamp_min(1)
@@ -101,11 +115,11 @@ def attention_gradients(
 
 
 def category_sums(
-    values: torch.Tensor, mask: torch.Tensor, category: torch.Tensor
+    values: torch.Tensor, mask: torch.Tensor, category: torch.Tensor, causal: bool = False
 ) -> dict[str, torch.Tensor]:
     """Per sequence: the sum of values [B, H, n, n] over each category's keys, averaged over
-    counted query rows and heads.  {category name: [B] float64}"""
-    rows = counted_rows(mask, causal=False).double()
+    counted query rows (`statistics.counted_rows`) and heads.  {category name: [B] float64}"""
+    rows = counted_rows(mask, causal).double()
     values = values.double()
     out = {}
     for name, code in CATEGORIES.items():
@@ -119,7 +133,7 @@ def category_sums(
 def gradient_importance(
     model,
     store: HiddenStates,
-    mask_token_id: int,
+    mask_token_id: int | None,
     rate: float,
     seed: int,
     batch_size: int,
@@ -127,16 +141,20 @@ def gradient_importance(
     limit: int | None = None,
     log=None,
 ) -> pd.DataFrame:
-    """layer category importance attention n_sequences status, one row per layer and category."""
+    """layer category importance attention n_sequences status, one row per layer and category.
+    `mask_token_id` None: a causal LM, the next-token loss (`rate` and `seed` unused)."""
     n_layers = model.config.num_hidden_layers
     total = min(limit or store.n_sequences, store.n_sequences)
-    chosen_all = choose_masked(
-        store.input_ids[:total],
-        store.category[:total],
-        rate,
-        mask_token_id,
-        np.random.default_rng(seed),
-    )
+    causal = mask_token_id is None
+    chosen_all = np.zeros(store.input_ids[:total].shape, dtype=bool)
+    if not causal:
+        chosen_all = choose_masked(
+            store.input_ids[:total],
+            store.category[:total],
+            rate,
+            mask_token_id,
+            np.random.default_rng(seed),
+        )
     sums = {
         (kind, name): np.zeros(n_layers)
         for kind in ("importance", "attention")
@@ -154,12 +172,16 @@ def gradient_importance(
                 chosen_all,
             )
         )
-        chosen = chosen.bool()
-        masked = labels.masked_fill(chosen, mask_token_id)
-        alphas, grads = attention_gradients(model, masked, mask, types, labels, chosen)
+        if causal:
+            inputs = labels
+            labels, chosen = next_token_targets(inputs, mask)
+        else:
+            chosen = chosen.bool()
+            inputs = labels.masked_fill(chosen, mask_token_id)
+        alphas, grads = attention_gradients(model, inputs, mask, types, labels, chosen)
         for l, (alpha, grad) in enumerate(zip(alphas, grads, strict=True)):
             for kind, values in (("importance", (alpha * grad).abs()), ("attention", alpha)):
-                for name, per_seq in category_sums(values, mask, category).items():
+                for name, per_seq in category_sums(values, mask, category, causal).items():
                     sums[kind, name][l] += float(per_seq.sum())
         if log is not None:
             log.info("gradients: %d of %d sequences done", stop, total)
