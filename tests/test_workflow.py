@@ -514,6 +514,20 @@ def test_max_length_beyond_the_model_fails_before_any_job(tmp_path, tiny_model_d
     assert not (tmp_path / "results").exists()
 
 
+def test_masked_corpus_on_a_decoder_fails_before_any_job(tmp_path):
+    """A decoder has no mask token: the default mixing corpus (mask_rate 0.12) is refused at
+    once, naming the model, the corpus and the fix."""
+    from conftest import write_tiny_decoder_folder
+
+    folder = write_tiny_decoder_folder(tmp_path / "llama", "llama")
+    config = small_config({"llama": {"source": "path", "path": str(folder)}})
+    result = snakemake(tmp_path / "run", config, "--dry-run")
+    text = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "model 'llama' (llama) has no mask token" in text and "wiki_masked" in text
+    assert not (tmp_path / "run" / "results").exists()
+
+
 def test_bad_inputs_fail_by_name_and_leave_no_outputs(tmp_path, tiny_model_dir):
     corrupt = tmp_path / "mirror"
     (corrupt / "wikitext-2").mkdir(parents=True)

@@ -34,6 +34,7 @@ class Architecture:
     max_positions        config.json as a dict -> the longest input (pieces) the model takes
     mlm_head_prefixes    weight-name prefixes of a masked-LM head (none for causal LMs)
     causal_lm_prefixes   weight-name prefixes of a causal LM's output head (none for encoders)
+    has_mask_token       whether the family's tokenizers have a mask token ([MASK], <mask>)
     """
 
     name: str
@@ -45,6 +46,7 @@ class Architecture:
     max_positions: Callable[[dict], int]
     mlm_head_prefixes: tuple[str, ...] = ()
     causal_lm_prefixes: tuple[str, ...] = ()
+    has_mask_token: bool = False
 
     def model_inputs(self, model, input_ids, attention_mask, token_type_ids) -> dict:
         """Keyword arguments of the forward pass; segment ids only where the model uses them."""

@@ -121,4 +121,5 @@ ARCHITECTURE = Architecture(
     residual_states=hidden_states_forward,
     max_positions=max_positions,
     mlm_head_prefixes=("cls.predictions", "lm_head", "generator_lm_head"),
+    has_mask_token=True,
 )

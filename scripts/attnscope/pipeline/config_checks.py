@@ -45,13 +45,20 @@ def check_config(config: dict, families: dict[str, Family]) -> None:
                 )
         for problem in family.problems(settings):
             raise ConfigError(f"config: analyses.{name}: {problem}")
-    check_models(config)
+    used = {
+        corpus
+        for name, family in families.items()
+        if config["analyses"][name].get("enabled", True)
+        for corpus in family.corpora(config["analyses"][name])
+    }
+    check_models(config, sorted(c for c in used if corpora[c].get("mask_rate", 0) > 0))
 
 
-def check_models(config: dict) -> None:
+def check_models(config: dict, masked_corpora: list[str] = ()) -> None:
     """Every model that is on this machine exists, has a supported architecture and a
-    tokenizer, and takes inputs as long as every corpus's max_length (hub models still to
-    fetch: at acquisition)."""
+    tokenizer, takes inputs as long as every corpus's max_length, and has a mask token if an
+    analysis reads a corpus with [MASK] (`masked_corpora`) (hub models still to fetch: at
+    acquisition)."""
     for name, spec in config["models"].items():
         folder = local_model_folder(name, spec, config["mirror"])
         if folder is None:
@@ -59,6 +66,12 @@ def check_models(config: dict) -> None:
         model_config = read_model_config(name, folder)
         family = architecture(model_config.get("model_type"), f"model {name!r}")
         require_tokenizer(name, folder)
+        if masked_corpora and not family.has_mask_token:
+            raise ConfigError(
+                f"config: model {name!r} ({model_config['model_type']}) has no mask token, but "
+                f"corpora {', '.join(masked_corpora)} replace pieces by [MASK] (mask_rate > 0); "
+                "give it corpora without mask_rate (e.g. analyses: {mixing: {corpora: [wiki]}})"
+            )
         limit = family.max_positions(model_config)
         for corpus, settings in config["corpora"].items():
             if settings["max_length"] > limit:
