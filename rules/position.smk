@@ -95,3 +95,30 @@ rule position_clusters:
         seed=POSITION["seed"],
     script:
         "../scripts/position_clusters.py"
+
+
+rule position_rotary:
+    input:
+        manifest=manifest,
+        hidden_states=hidden_states,
+        trt=POSITION_OUT.table("trt.tsv.gz"),
+    output:
+        bands=POSITION_OUT.table("rotary_bands.tsv"),
+        offsets=POSITION_OUT.table("rotary_offsets.tsv"),
+        heads=POSITION_OUT.table("rotary_positional_heads.tsv"),
+        check=POSITION_OUT.table("decomposition_check.tsv"),
+    log:
+        "results/{model}/{corpus}/logs/position_rotary.log",
+    benchmark:
+        "results/{model}/{corpus}/benchmarks/position_rotary.tsv"
+    conda:
+        "../envs/model.yaml"
+    threads: 4
+    resources:
+        gpu=gpu_count,
+        slurm_partition=partition,
+    params:
+        t_max=POSITION["t_max"],
+        batch_size=config["batch_size"],
+    script:
+        "../scripts/position_rotary.py"

@@ -244,6 +244,24 @@ def test_scan_matches_transformers_attention(tmp_path, classic_family):
         select_heads(position_scan.mean_trt(result), result.offsets, [[3, 1]])
 
 
+def rotary_figure_tables(tmp_path) -> dict:
+    """The rotary figures' tables from a tiny Llama, with layer 1 head 2 taken as a prev head."""
+    from attnscope.analyses.position import rotary
+
+    store_path, model = write_tiny_store(tmp_path, "llama")
+    with HiddenStates(store_path) as store:
+        result = rotary.scan_rotary(
+            store, canonical_weights(model), t_max=4, batch_size=3, device="cpu"
+        )
+    bands, offsets = rotary.band_table(result), rotary.offset_table(result)
+    heads = rotary.positional_heads_by_band(offsets, [(1, 2)]).assign(behaviour="prev", mass=0.6)
+    return {
+        "rotary_positional_share": {"rotary_bands": bands},
+        "rotary_offsets": {"rotary_offsets": offsets, "rotary_positional_heads": heads},
+        "rotary_norms": {"rotary_bands": bands},
+    }
+
+
 def test_every_figure_draws(tmp_path):
     store_path, model = write_tiny_store(tmp_path, "bert")
     weights = canonical_weights(model)
@@ -271,6 +289,8 @@ def test_every_figure_draws(tmp_path):
         },
         "pe_spectra_models": {"pe_spectrum": [spectrum, spectrum], "models": ["a", "b"]},
     }
+    rotary_tables = rotary_figure_tables(tmp_path)
+    tables |= rotary_tables
     assert set(tables) == set(position_plots.FIGURES)
     for name, kwargs in tables.items():
         fig = position_plots.FIGURES[name](**kwargs, title=name)

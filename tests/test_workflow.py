@@ -115,6 +115,10 @@ def test_tiny_workflow_runs_every_rule(tiny_run):
     assert (check["max_rel"] < 1e-4).all() and "FfCompleteness" in set(check["stage"])
     ratio = pd.read_csv(mixing / "mixing_ratio.tsv", sep="\t")
     assert len(ratio) == 8 * 3 and ratio["mean"].between(0, 1).all()
+    rotary = pd.read_csv(workdir / "results/tiny/wiki512/position/rotary_bands.tsv", sep="\t")
+    assert rotary["status"].tolist() == [
+        "not applicable: learned position embeddings (no rotary bands)"
+    ]
 
 
 DECODER_RUN = ("llama", "gemma2", "mixtral")
@@ -166,6 +170,13 @@ def test_decoders_run_every_rule(decoder_run):
         assert np.isfinite(norms.select_dtypes("number")).all().all()
         assert len(list((results / "wiki/views").glob("sequence_*.html"))) == 2
         assert (results / "wiki/weights/figures/head_map.png").stat().st_size > 1000
+        position = results / "wiki512/position"
+        check = pd.read_csv(position / "decomposition_check.tsv", sep="\t")
+        assert len(check) == 2 and (check["max_rel"] < 1e-5).all()
+        bands = pd.read_csv(position / "rotary_bands.tsv", sep="\t")
+        assert bands["positional_share"].dropna().between(0, 1).all() and len(bands) == 2 * 4 * 4
+        for figure in ("rotary_positional_share", "rotary_offsets", "rotary_norms"):
+            assert (position / "figures" / f"{figure}.png").stat().st_size > 1000
         gradients = pd.read_csv(results / "wiki/weights/gradients.tsv", sep="\t")
         assert set(gradients["status"]) == {"ok"} and (gradients["importance"] >= 0).all()
 

@@ -22,6 +22,10 @@ FAMILY = Family(
             "xcorr.tsv",
             "xcov_sum.tsv",
             "identity_check.tsv",
+            "rotary_bands.tsv",
+            "rotary_offsets.tsv",
+            "rotary_positional_heads.tsv",
+            "decomposition_check.tsv",
         ),
     },
     figures=(
@@ -35,5 +39,8 @@ FAMILY = Family(
         Figure("g_map", "corpus", ("g_map.tsv",)),
         Figure("xcorr", "corpus", ("xcorr.tsv", "xcov_sum.tsv")),
         Figure("pe_spectra_models", "all", ("pe_spectrum.tsv",)),
+        Figure("rotary_positional_share", "corpus", ("rotary_bands.tsv",)),
+        Figure("rotary_offsets", "corpus", ("rotary_offsets.tsv", "rotary_positional_heads.tsv")),
+        Figure("rotary_norms", "corpus", ("rotary_bands.tsv",)),
     ),
 )

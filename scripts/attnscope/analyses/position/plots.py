@@ -233,6 +233,57 @@ def pe_spectra_models(pe_spectrum: list[pd.DataFrame], models: list[str], title:
     return fig
 
 
+def rotary_positional_share(rotary_bands: pd.DataFrame, title: str):
+    """Band x layer heatmap of the positional share (R^2 of s^b on the offset), mean over
+    heads; bands ordered from the highest frequency (0) to the lowest, the unrotated band last."""
+    grid = rotary_bands.pivot_table(index="layer", columns="band", values="positional_share")
+    fig, ax = plt.subplots(figsize=(max(4.0, 0.25 * grid.shape[1] + 2), 0.35 * len(grid) + 1.6))
+    sns.heatmap(grid, ax=ax, vmin=0, vmax=1, cmap="viridis", cbar_kws={"label": "R² on i − j"})
+    ax.set(xlabel="band (0 = highest frequency)", ylabel="layer", title=title)
+    return fig
+
+
+def rotary_offsets(
+    rotary_offsets: pd.DataFrame, rotary_positional_heads: pd.DataFrame, title: str, bands=3
+):
+    """Offset profiles E[s^b | i - j = t] of each prev/self head's `bands` bands with the
+    largest previous-token margin, one panel per head."""
+    heads = rotary_positional_heads[["layer", "head", "behaviour"]].drop_duplicates()
+    fig, axes = plt.subplots(1, len(heads), figsize=(3.4 * len(heads), 2.8), squeeze=False)
+    for ax, (layer, head, behaviour) in zip(axes[0], heads.itertuples(index=False), strict=True):
+        margins = rotary_positional_heads[
+            (rotary_positional_heads.layer == layer) & (rotary_positional_heads["head"] == head)
+        ]
+        top = margins.reindex(margins["margin"].abs().sort_values(ascending=False).index)
+        for band in top["band"].head(bands):
+            rows = rotary_offsets[
+                (rotary_offsets.layer == layer)
+                & (rotary_offsets["head"] == head)
+                & (rotary_offsets.band == band)
+            ]
+            ax.plot(rows.t, rows["mean"], marker=".", lw=1, label=f"band {band}")
+        ax.set(title=f"layer {layer} head {head} ({behaviour})", xlabel="offset i − j")
+        ax.legend(fontsize=7)
+    axes[0, 0].set_ylabel("mean band score")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def rotary_norms(rotary_bands: pd.DataFrame, title: str):
+    """Mean ||q^b|| and ||k^b|| per band against its wavelength 2 pi / theta_b in tokens (log
+    scale; the unrotated band, of infinite wavelength, is left out), all layers and heads."""
+    rows = rotary_bands[np.isfinite(rotary_bands.wavelength)]
+    fig, axes = plt.subplots(1, 2, figsize=(8, 3.2), sharey=True)
+    for ax, name in zip(axes, ("q_norm", "k_norm"), strict=True):
+        ax.scatter(rows.wavelength, rows[name], s=6, alpha=0.5, c=rows.layer, cmap="viridis")
+        ax.set(xscale="log", xlabel="wavelength (tokens)", title=name.replace("_", " "))
+    axes[0].set_ylabel("mean norm")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
 FIGURES = {
     f.__name__: f
     for f in (
@@ -246,5 +297,8 @@ FIGURES = {
         g_map,
         xcorr,
         pe_spectra_models,
+        rotary_positional_share,
+        rotary_offsets,
+        rotary_norms,
     )
 }

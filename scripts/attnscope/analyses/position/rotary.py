@@ -1,0 +1,374 @@
+"""Rotary attention split into frequency bands (Barbero et al. 2024, "Round and Round We Go!"),
+asked the position questions of Yamamoto & Matsuzaki.
+
+RoPE turns each pair of query and key dimensions by position * theta_b, so a head's logit of
+query i and key j is a sum over bands:
+
+    s_ij = sum_b s^b_ij,    s^b_ij = scale * q_i[band b] . k_j[band b]
+
+with q, k as the scores read them (QK-norm and rotation included, `queries_keys`), before
+soft-capping, which applies to the sum. Band b = 0..dims/2 - 1 holds the two dimensions turned
+by inv_freq[b]: (b, b + dims/2), or (2b, 2b + 1) when interleaved, as `Rotary.partner` pairs
+them. A partial-rotary head has one more band, the last, holding all its unrotated dimensions
+(theta 0, wavelength inf); a layer without rotation (SmolLM3's NoPE layers) has that band alone.
+
+`RotaryStatistics` accumulates, per head and band of one layer, over the visible causal pairs
+(query i, key j <= i, both real, inside the sliding window):
+- abs_share: mean of |s^b_ij| / sum_b' |s^b'_ij| (pairs where that sum is 0 are skipped);
+- the offset profile: mean of s^b_ij over the pairs with i - j = t, t = 0..t_max, with counts;
+- positional_share: R^2 of s^b on the offset i - j, sum_t n_t (mean_t - mean)^2 over
+  sum (s - mean)^2, from per-offset counts, sums and sums of squares (float64) over every
+  offset the store can hold; NaN where s^b is constant (variance <= 1e-12 of its mean square);
+- q_norm, k_norm: mean ||q^b||, ||k^b|| over real tokens (keys repeated per query head);
+- residual: max |sum_b s^b - q k^T scale| / max |q k^T scale| over the visible pairs.
+
+Memory: besides one batch's q, k [B, H, n, d'], a few [B, n, n] buffers of one head (one band's
+scores, the head's band sums) are held at a time, and one layer's accumulators
+[H, bands, length] in float64. Each head's bands are computed twice (the shares need the sum of
+|s^b| over bands first), which costs n^2 * 2 multiply-adds per band: cheap next to the memory
+all bands at once would take (33 bands x 32 heads x 512^2 x B floats).
+
+Layers and heads are 1-based in the tables, bands 0-based.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import torch
+
+from attnscope.core.attention import layer_visible_pairs, queries_keys
+from attnscope.core.canonical import CanonicalLayer, CanonicalModel, Rotary
+from attnscope.core.store import HiddenStates
+from attnscope.core.tables import index_grid
+
+CONSTANT = 1e-12  # variance / mean square below which a band's scores count as constant
+BOUND = 1e-5  # largest relative residual of the band sum against the logits (float32 rounding)
+
+
+def bands(rotary: Rotary | None, d_head: int) -> torch.Tensor:
+    """The band of every head dimension: b for the pair turned by inv_freq[b], dims / 2 for
+    the unrotated dimensions of a partial-rotary head (0 for all where `rotary` is None).
+    [d_head] int64"""
+    if rotary is None:
+        return torch.zeros(d_head, dtype=torch.long)
+    half = rotary.dims // 2
+    band = torch.full((d_head,), half, dtype=torch.long)
+    turned = torch.arange(half)
+    band[: rotary.dims] = turned.repeat_interleave(2) if rotary.interleaved else turned.repeat(2)
+    return band
+
+
+def n_bands(rotary: Rotary | None, d_head: int) -> int:
+    """How many bands a head has: dims / 2, plus one where some dimensions are not rotated."""
+    return int(bands(rotary, d_head).max()) + 1
+
+
+def band_angles(rotary: Rotary | None, d_head: int) -> tuple[np.ndarray, np.ndarray]:
+    """(theta, wavelength) per band: theta_b in radians per token (0 for the unrotated band),
+    wavelength 2 pi / theta_b in tokens (inf where theta is 0).  Each [bands] float64"""
+    theta = np.zeros(n_bands(rotary, d_head))
+    if rotary is not None:
+        theta[: rotary.dims // 2] = rotary.inv_freq.double().cpu().numpy()
+    wavelength = np.full_like(theta, np.inf)
+    np.divide(2 * np.pi, theta, out=wavelength, where=theta > 0)
+    return theta, wavelength
+
+
+def _band_dims(rotary: Rotary | None, d_head: int, device) -> list[torch.Tensor]:
+    """The head dimensions of each band, band by band.  list of [2] (or [d' - dims]) int64"""
+    band = bands(rotary, d_head)
+    return [torch.nonzero(band == b).flatten().to(device) for b in range(int(band.max()) + 1)]
+
+
+def _head_band_scores(q: torch.Tensor, k: torch.Tensor, dims, scale: float) -> Iterator:
+    """s^b = scale * q[band b] k[band b]^T of one head, band by band.  q, k [B, n, d'] ->
+    yields [B, n, n]"""
+    for index in dims:
+        yield (q[..., index] @ k[..., index].transpose(-1, -2)) * scale
+
+
+def band_scores(X: torch.Tensor, layer: CanonicalLayer) -> Iterator[tuple[int, int, torch.Tensor]]:
+    """(head, band, s^b [B, n, n]) for every head (0-based) and band of the layer, before
+    soft-capping: summed over bands they give the logits q k^T * scale. One head and band's
+    scores exist at a time (beyond q, k [B, H, n, d'])."""
+    q, k = queries_keys(X, layer)
+    dims = _band_dims(layer.rotary, layer.d_head, q.device)
+    for h in range(layer.n_heads):
+        for b, s in enumerate(_head_band_scores(q[:, h], k[:, h], dims, layer.scale)):
+            yield h, b, s
+
+
+def _offset_index(n: int, device) -> torch.Tensor:
+    """i - j of every (query i, key j), 0 where j > i (those pairs are never counted).
+    [n * n] int64"""
+    position = torch.arange(n, device=device)
+    return (position[:, None] - position[None, :]).clamp(min=0).flatten()
+
+
+class RotaryStatistics:
+    """The band statistics of one layer, fed batch by batch (`update`); see the module
+    docstring. `length`: the longest sequence a batch can have (offsets 0..length - 1 are
+    accumulated for positional_share). Accumulators on `device`, float64."""
+
+    def __init__(self, layer: CanonicalLayer, length: int, t_max: int, device="cpu"):
+        self.layer, self.t_max = layer, t_max
+        self.theta, self.wavelength = band_angles(layer.rotary, layer.d_head)
+        self.n_bands = len(self.theta)
+        self.band = bands(layer.rotary, layer.d_head).to(device)
+        self.dims = _band_dims(layer.rotary, layer.d_head, device)
+        H, K, T = layer.n_heads, self.n_bands, max(length, t_max + 1)
+        f64 = dict(dtype=torch.float64, device=device)
+        self.share_sums = torch.zeros(H, K, **f64)  # sum of |s^b| / sum_b' |s^b'|
+        self.share_pairs = torch.zeros(H, **f64)  # pairs where sum_b' |s^b'| > 0
+        self.sums = torch.zeros(H, K, T, **f64)  # per offset t = i - j
+        self.squares = torch.zeros(H, K, T, **f64)
+        self.counts = torch.zeros(T, **f64)
+        self.norm_sums = {"q": torch.zeros(H, K, **f64), "k": torch.zeros(H, K, **f64)}
+        self.tokens = 0
+        self.largest = {"residual": 0.0, "score": 0.0}
+
+    def update(self, X: torch.Tensor, mask: torch.Tensor) -> None:
+        """Add one batch: X [B, n, d] the layer's input, mask [B, n] (1 = real token)."""
+        q, k = queries_keys(X, self.layer)
+        visible = layer_visible_pairs(mask, self.layer).tril()  # key j <= query i
+        offsets = _offset_index(X.shape[1], X.device)
+        self.counts.index_add_(0, offsets, visible.sum(0).flatten().double())
+        real = mask.bool()
+        self.tokens += int(real.sum())
+        for name, t in (("q", q), ("k", k)):
+            self.norm_sums[name] += self._band_norms(t, real)
+        for h in range(self.layer.n_heads):
+            self._update_head(h, q[:, h], k[:, h], visible, offsets)
+
+    def _band_norms(self, t: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        """sum over real tokens of ||t^b||.  t [B, H, n, d'] -> [H, bands] float64"""
+        squares = t.new_zeros(*t.shape[:-1], self.n_bands).index_add_(-1, self.band, t * t)
+        return (squares.sqrt() * real[:, None, :, None]).sum((0, 2)).double()
+
+    def _update_head(self, h: int, q, k, visible: torch.Tensor, offsets: torch.Tensor) -> None:
+        """One head's scores, band by band.  q, k [B, n, d']; visible [B, n, n]"""
+        scale = self.layer.scale
+        total, total_abs = 0.0, 0.0
+        for s in _head_band_scores(q, k, self.dims, scale):
+            total, total_abs = total + s, total_abs + s.abs()
+        self._check(total, (q @ k.transpose(-1, -2)) * scale, visible)
+        counted = visible & (total_abs > 0)
+        self.share_pairs[h] += counted.sum()
+        divisor = torch.where(counted, total_abs, 1.0)
+        for b, s in enumerate(_head_band_scores(q, k, self.dims, scale)):
+            shares = torch.where(counted, s.abs() / divisor, 0.0)
+            self.share_sums[h, b] += shares.sum(dtype=torch.float64)
+            seen = torch.where(visible, s, 0.0).double()
+            self.sums[h, b].index_add_(0, offsets, seen.sum(0).flatten())
+            self.squares[h, b].index_add_(0, offsets, seen.square().sum(0).flatten())
+
+    def _check(self, total: torch.Tensor, direct: torch.Tensor, visible: torch.Tensor) -> None:
+        """Keep the largest |sum_b s^b - q k^T scale| and |q k^T scale| over visible pairs."""
+        residual = torch.where(visible, (total - direct).abs(), 0.0).max()
+        score = torch.where(visible, direct.abs(), 0.0).max()
+        self.largest["residual"] = max(self.largest["residual"], float(residual))
+        self.largest["score"] = max(self.largest["score"], float(score))
+
+    @property
+    def abs_share(self) -> np.ndarray:
+        """Mean |s^b| / sum_b' |s^b'| over visible pairs.  [H, bands]"""
+        pairs = self.share_pairs[:, None]
+        return (self.share_sums / pairs).cpu().numpy()
+
+    @property
+    def offset_count(self) -> np.ndarray:
+        """Visible pairs with i - j = t, t = 0..t_max.  [t_max + 1] int64"""
+        return self.counts[: self.t_max + 1].cpu().numpy().astype(np.int64)
+
+    @property
+    def offset_mean(self) -> np.ndarray:
+        """Mean s^b over visible pairs with i - j = t, t = 0..t_max (NaN where none).
+        [H, bands, t_max + 1]"""
+        T = self.t_max + 1
+        return (self.sums[..., :T] / self.counts[:T]).cpu().numpy()
+
+    @property
+    def positional_share(self) -> np.ndarray:
+        """R^2 of s^b on the offset: between-offset over total sum of squares (NaN where the
+        band's scores are constant or there are none).  [H, bands]"""
+        seen = self.counts > 0
+        n_t, S_t, Q_t = self.counts[seen], self.sums[..., seen], self.squares[..., seen]
+        mean_t = S_t / n_t
+        mean = S_t.sum(-1, keepdim=True) / n_t.sum()
+        between = (n_t * (mean_t - mean).square()).sum(-1)
+        within = (Q_t - S_t * mean_t).clamp(min=0).sum(-1)
+        total = between + within
+        constant = total <= CONSTANT * Q_t.sum(-1)
+        return torch.where(constant, torch.nan, between / total).cpu().numpy()
+
+    def norm(self, name: str) -> np.ndarray:
+        """Mean ||q^b|| (name "q") or ||k^b|| ("k") over real tokens.  [H, bands]"""
+        return (self.norm_sums[name] / self.tokens).cpu().numpy()
+
+    @property
+    def residual(self) -> float:
+        """max |sum_b s^b - q k^T scale| / max |q k^T scale| over the visible pairs seen."""
+        return self.largest["residual"] / max(self.largest["score"], np.finfo(float).tiny)
+
+
+@dataclass
+class RotaryResult:
+    """One pass over a store; L layers, H heads, K = the most bands any layer has (layers with
+    fewer, a NoPE layer's single band, are NaN past their own), T = t_max + 1.
+
+    n_bands [L]; theta, wavelength [L, K] (radians per token, tokens); abs_share,
+    positional_share, q_norm, k_norm [L, H, K]; offset_mean [L, H, K, T]; offset_count [L, T];
+    residual [L] (relative, see `RotaryStatistics.residual`)."""
+
+    t_max: int
+    n_bands: np.ndarray
+    theta: np.ndarray
+    wavelength: np.ndarray
+    abs_share: np.ndarray
+    positional_share: np.ndarray
+    q_norm: np.ndarray
+    k_norm: np.ndarray
+    offset_mean: np.ndarray
+    offset_count: np.ndarray
+    residual: np.ndarray
+
+    @classmethod
+    def collect(cls, statistics: list[RotaryStatistics]) -> RotaryResult:
+        """Stack the layers' statistics (all with the same t_max and heads)."""
+        t_max = statistics[0].t_max
+        L, H = len(statistics), statistics[0].layer.n_heads
+        K = max(s.n_bands for s in statistics)
+        arrays = {
+            name: np.full((L, *shape), np.nan)
+            for name, shape in (
+                ("theta", (K,)),
+                ("wavelength", (K,)),
+                ("abs_share", (H, K)),
+                ("positional_share", (H, K)),
+                ("q_norm", (H, K)),
+                ("k_norm", (H, K)),
+                ("offset_mean", (H, K, t_max + 1)),
+            )
+        }
+        for l, stats in enumerate(statistics):
+            nb = stats.n_bands
+            arrays["theta"][l, :nb], arrays["wavelength"][l, :nb] = stats.theta, stats.wavelength
+            arrays["abs_share"][l, :, :nb] = stats.abs_share
+            arrays["positional_share"][l, :, :nb] = stats.positional_share
+            arrays["q_norm"][l, :, :nb], arrays["k_norm"][l, :, :nb] = (
+                stats.norm("q"),
+                stats.norm("k"),
+            )
+            arrays["offset_mean"][l, :, :nb] = stats.offset_mean
+        return cls(
+            t_max=t_max,
+            n_bands=np.array([s.n_bands for s in statistics]),
+            offset_count=np.stack([s.offset_count for s in statistics]),
+            residual=np.array([s.residual for s in statistics]),
+            **arrays,
+        )
+
+
+def scan_rotary(
+    store: HiddenStates, weights: CanonicalModel, *, t_max: int, batch_size: int, device: str
+) -> RotaryResult:
+    """The band statistics of every layer, one layer's accumulators at a time, streaming the
+    store's batches (as `scan.scan_trt`)."""
+    statistics = []
+    for l, layer in enumerate(weights.layers):
+        stats = RotaryStatistics(layer, store.length, t_max, device)
+        for batch in store.batches(l, batch_size, device):
+            stats.update(batch.X, batch.mask)
+        statistics.append(stats)
+    return RotaryResult.collect(statistics)
+
+
+def _layer_bands(result: RotaryResult, l: int) -> pd.DataFrame:
+    """`layer head band` of layer l (0-based) over its own bands."""
+    table = index_grid(head=result.abs_share.shape[1], band=np.arange(result.n_bands[l]))
+    table.insert(0, "layer", l + 1)
+    return table
+
+
+def band_table(result: RotaryResult) -> pd.DataFrame:
+    """`layer head band theta wavelength rotated abs_share positional_share q_norm k_norm`,
+    every layer's own bands; the unrotated band of a partial-rotary head is the last
+    (rotated False, theta 0, wavelength inf)."""
+    frames = []
+    for l, nb in enumerate(result.n_bands):
+        table = _layer_bands(result, l)
+        H = result.abs_share.shape[1]
+        theta = np.tile(result.theta[l, :nb], H)
+        table["theta"] = theta
+        table["wavelength"] = np.tile(result.wavelength[l, :nb], H)
+        table["rotated"] = theta > 0
+        for name in ("abs_share", "positional_share", "q_norm", "k_norm"):
+            table[name] = getattr(result, name)[l, :, :nb].reshape(-1)
+        frames.append(table)
+    return pd.concat(frames, ignore_index=True)
+
+
+def offset_table(result: RotaryResult) -> pd.DataFrame:
+    """`layer head band t mean count`: the offset profiles, t = i - j = 0..t_max, count the
+    visible pairs at t (the same for every head of a layer)."""
+    frames = []
+    T = result.t_max + 1
+    for l, nb in enumerate(result.n_bands):
+        H = result.abs_share.shape[1]
+        table = index_grid(head=H, band=np.arange(nb), t=np.arange(T))
+        table.insert(0, "layer", l + 1)
+        table["mean"] = result.offset_mean[l, :, :nb].reshape(-1)
+        table["count"] = np.tile(result.offset_count[l], H * nb)
+        frames.append(table)
+    return pd.concat(frames, ignore_index=True)
+
+
+def positional_heads_by_band(
+    offset_profiles: pd.DataFrame, heads: list[tuple[int, int]]
+) -> pd.DataFrame:
+    """How much each band of the given heads (1-based layer, head) favours the previous
+    token: the mean score at t = 1 minus the plain mean of the per-offset means at t = 0 and
+    t = 2..t_max. `offset_profiles`: an `offset_table`. Returns `layer head band previous other
+    margin` (margin = previous - other)."""
+    frames = []
+    for layer, head in heads:
+        rows = offset_profiles[
+            (offset_profiles["layer"] == layer) & (offset_profiles["head"] == head)
+        ]
+        wide = rows.pivot(index="band", columns="t", values="mean")
+        previous, other = wide[1], wide.drop(columns=1).mean(axis=1)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "layer": layer,
+                    "head": head,
+                    "band": wide.index.to_numpy(),
+                    "previous": previous.to_numpy(),
+                    "other": other.to_numpy(),
+                    "margin": (previous - other).to_numpy(),
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True)
+
+
+POSITIONAL_MASS = 0.5  # a head is "prev" / "self" when more than half its attention goes there
+
+
+def positional_heads(trt: pd.DataFrame, lengths: np.ndarray) -> pd.DataFrame:
+    """Heads whose attention goes mostly to the previous token (prev) or to the query itself
+    (self), as Clark et al.'s behaviours: the mean over sequences of tr_t(A) / (n - |t|), the
+    mean attention per query row at offset t (t = -1: previous, 0: self), above
+    POSITIONAL_MASS. `trt`: position_corpus's `sequence layer head t value` table; lengths [N]
+    real pieces per sequence. Returns `layer head behaviour mass`."""
+    rows = trt[trt["t"].isin((-1, 0))].copy()
+    n = lengths[rows["sequence"].to_numpy()]
+    rows["mass"] = rows["value"] / np.maximum(n - rows["t"].abs().to_numpy(), 1)
+    mean = rows.groupby(["layer", "head", "t"], as_index=False)["mass"].mean()
+    mean["behaviour"] = mean["t"].map({-1: "prev", 0: "self"})
+    chosen = mean[mean["mass"] > POSITIONAL_MASS]
+    return chosen[["layer", "head", "behaviour", "mass"]].reset_index(drop=True)

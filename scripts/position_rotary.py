@@ -1,0 +1,56 @@
+"""Rotary models: the logits split by frequency band (`analyses.position.rotary`), their
+offset profiles and positional shares, and which bands carry the positional heads' preference;
+"not applicable" tables for models with learned position embeddings."""
+
+import pandas as pd
+
+from attnscope.analyses.position import rotary
+from attnscope.core import checks
+from attnscope.core.files import write_table
+from attnscope.core.store import HiddenStates
+from attnscope.core.tables import not_applicable
+from attnscope.pipeline import runlog
+from attnscope.pipeline.models import open_model
+
+log = runlog.start(snakemake)
+params, output = snakemake.params, snakemake.output
+loaded = open_model(
+    snakemake.input.manifest,
+    snakemake.config["device"],
+    log,
+    hidden_states=snakemake.input.hidden_states,
+)
+weights = loaded.weights
+if not weights.rotary:
+    log.info("%s has learned position embeddings: no rotary bands", loaded.manifest["name"])
+    skipped = not_applicable("learned position embeddings (no rotary bands)")
+    for path in output:
+        write_table(skipped, path)
+else:
+    with HiddenStates(snakemake.input.hidden_states) as store:
+        result = rotary.scan_rotary(
+            store,
+            weights,
+            t_max=params.t_max,
+            batch_size=params.batch_size,
+            device=loaded.device,
+        )
+        lengths = store.lengths
+    check = pd.DataFrame(
+        {"layer": range(1, weights.n_layers + 1), "stage": "bands", "max_rel": result.residual}
+    )
+    write_table(check, output.check)
+    for layer, residual in enumerate(result.residual, start=1):
+        checks.require(f"layer {layer}: sum of bands vs logits", float(residual), rotary.BOUND)
+    offsets = rotary.offset_table(result)
+    write_table(rotary.band_table(result), output.bands)
+    write_table(offsets, output.offsets)
+    heads = rotary.positional_heads(pd.read_csv(snakemake.input.trt, sep="\t"), lengths)
+    log.info("positional heads (layer, head, behaviour): %s", heads.to_numpy().tolist())
+    pairs = list(heads[["layer", "head"]].itertuples(index=False, name=None))
+    if pairs:
+        by_band = rotary.positional_heads_by_band(offsets, pairs)
+        table = heads.merge(by_band, on=["layer", "head"])
+    else:
+        table = not_applicable("no head puts over half its attention on the previous token or self")
+    write_table(table, output.heads)
