@@ -1,5 +1,6 @@
-"""Singular values of W^A = W^Q (W^K)^T and eigen-angles of R = (U^Q)^T U^K for every head
-("not applicable" tables for a rotary model, whose scores are not x W^A x^T)."""
+"""Singular values of W^A = W^Q (W^K)^T and eigen-angles of R = (U^Q)^T U^K for every head; on
+a rotary model the singular values of each band's form W_Q^b (W_K^b)^T, and a "not applicable"
+eigen-angle table (its scores are not x W^A x^T)."""
 
 import pandas as pd
 
@@ -8,6 +9,7 @@ from attnscope.analyses.position.bilinear import (
     rotation_table,
     wa_singular_value_table,
 )
+from attnscope.analyses.position.rotary import band_singular_value_table
 from attnscope.core.files import write_table
 from attnscope.core.tables import not_applicable
 from attnscope.pipeline import runlog
@@ -17,8 +19,9 @@ log = runlog.start(snakemake)
 include_bias = snakemake.params.include_bias
 weights = open_model(snakemake.input.manifest, log=log).weights
 if weights.rotary:
-    log.info("rotary model: q and k turn with position, W^A is not the score's form")
-    singular = angles = not_applicable("rotary model (scores are not x W^A x^T)")
+    log.info("rotary model: W^A per band; no eigen-angles (scores are not x W^A x^T)")
+    singular = band_singular_value_table(weights)
+    angles = not_applicable("rotary model (no position embeddings; scores are not x W^A x^T)")
 else:
     singular, angles = [], []
     for l, layer in enumerate(weights.layers):

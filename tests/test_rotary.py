@@ -11,6 +11,7 @@ import pytest
 import torch
 from test_decoders import _double, module_attention_weights, states_of
 
+from attnscope.analyses.position import plots as position_plots
 from attnscope.analyses.position import rotary
 from attnscope.architectures import canonical_weights
 from attnscope.core.attention import additive_mask, attention_scores, queries_keys
@@ -320,3 +321,24 @@ def test_rotary_entry_scripts_write_every_table_and_figure(tmp_path, family_name
         spec = {"family": "position", "name": figure.name, "settings": {"title": "tiny"}}
         run_script("draw_figure", inputs, drawn, figure=spec)
         assert drawn["png"].stat().st_size > 1000
+
+
+def test_band_forms_hold_the_whole_form():
+    """The bands' forms W_Q^b (W_K^b)^T add up to W_Q W_K^T (bands partition the head's
+    dimensions), and each has rank at most its band's width: 2 singular values per rotated
+    band, the unrotated band's own width for GPT-NeoX."""
+    for model_type, width in (("llama", 2), ("gpt_neox", 2)):
+        weights = canonical_weights(tiny_model(model_type))
+        table = rotary.band_singular_value_table(weights)
+        layer = weights.layers[0]
+        dims = rotary._band_dims(layer.rotary, layer.d_head, "cpu")
+        W_Q, W_K = layer.W_Q[0].double(), layer.W_K[0].double()
+        total = sum(W_Q[:, d] @ W_K[:, d].T for d in dims)
+        torch.testing.assert_close(total, W_Q @ W_K.T)
+        for b, d in enumerate(dims):
+            values = table.query("layer == 1 and head == 1 and band == @b")["singular_value"]
+            want = torch.linalg.svdvals(W_Q[:, d] @ W_K[:, d].T)[: len(d)].numpy()
+            np.testing.assert_allclose(values.to_numpy(), want, rtol=1e-9, atol=1e-12)
+            assert len(values) == len(d) and (len(d) == width or b == len(dims) - 1)
+    figure = position_plots.FIGURES["wa_singular_values"](table, title="tiny")
+    assert len(figure.axes) >= weights.n_layers

@@ -161,9 +161,11 @@ def test_decoders_run_every_rule(decoder_run):
                     assert np.isfinite(state[()]).all()
         check = pd.read_csv(results / "wiki/mixing/decomposition_check.tsv", sep="\t")
         assert len(check) == 2 * 7 and (check["max_rel"] < 1e-5).all(), check
-        for table in ("pe_spectrum.tsv", "wa_singular_values.tsv"):
+        for table in ("pe_spectrum.tsv", "pe_pca.tsv", "rotation_angles.tsv"):
             status = pd.read_csv(results / "model" / table, sep="\t")["status"]
             assert status.tolist() == [status[0]] and status[0].startswith("not applicable")
+        forms = pd.read_csv(results / "model/wa_singular_values.tsv", sep="\t")
+        assert len(forms) == 2 * 4 * 4 * 2  # layers x heads x bands x 2 values per band
         trt = pd.read_csv(results / "wiki512/position/trt.tsv.gz", sep="\t")
         assert trt["value"].between(0, 1 + 1e-6).all() and (trt[trt.t > 0]["value"] == 0).all()
         norms = pd.read_csv(results / "wiki/norms/decomposition_check.tsv", sep="\t")

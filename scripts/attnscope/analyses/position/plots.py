@@ -62,8 +62,11 @@ def _layer_axes(n_layers: int, width: float = 3.2, height: float = 2.4, sharey=T
 
 def wa_singular_values(wa_singular_values: pd.DataFrame, title: str):
     """Singular values of W^A per head, one panel per layer; the x axis stops a little after
-    the numerical rank (values above 1e-6 of the largest), beyond which all are ~0."""
+    the numerical rank (values above 1e-6 of the largest), beyond which all are ~0. Rotary
+    models (a `band` column): the largest singular value of each band's form per head."""
     singular = wa_singular_values
+    if "band" in singular:
+        return _band_singular_values(singular, title)
     layers = sorted(singular.layer.unique())
     fig, axes = _layer_axes(len(layers))
     rank = singular[singular.singular_value > 1e-6 * singular.singular_value.max()]["index"].max()
@@ -77,6 +80,23 @@ def wa_singular_values(wa_singular_values: pd.DataFrame, title: str):
         ax.set(title=f"layer {layer}", xlabel="index")
     axes[0].set_ylabel("singular value")
     fig.suptitle(f"{title}: singular values of W^A (one line per head)")
+    fig.tight_layout()
+    return fig
+
+
+def _band_singular_values(singular: pd.DataFrame, title: str):
+    """The largest singular value of W_Q^b (W_K^b)^T against band b, one line per head."""
+    top = singular[singular["index"] == 1]
+    layers = sorted(top.layer.unique())
+    fig, axes = _layer_axes(len(layers))
+    palette = sns.color_palette("husl", top["head"].nunique())
+    for ax, layer in zip(axes, layers, strict=False):
+        rows = top[top.layer == layer]
+        for (_, head_rows), colour in zip(rows.groupby("head"), palette, strict=True):
+            ax.plot(head_rows.band, head_rows.singular_value, color=colour, lw=0.8)
+        ax.set(title=f"layer {layer}", xlabel="band (0 = highest frequency)")
+    axes[0].set_ylabel("largest singular value")
+    fig.suptitle(f"{title}: W_Q^b (W_K^b)^T per rotary band (one line per head)")
     fig.tight_layout()
     return fig
 

@@ -372,3 +372,24 @@ def positional_heads(trt: pd.DataFrame, lengths: np.ndarray) -> pd.DataFrame:
     mean["behaviour"] = mean["t"].map({-1: "prev", 0: "self"})
     chosen = mean[mean["mass"] > POSITIONAL_MASS]
     return chosen[["layer", "head", "behaviour", "mass"]].reset_index(drop=True)
+
+
+def band_singular_value_table(weights: CanonicalModel) -> pd.DataFrame:
+    """`layer head band index singular_value`: the singular values of W_Q^b (W_K^b)^T [d, d],
+    the bilinear form band b rotates (query head h, its key/value head; rank <= the band's
+    dims; biases left out), per layer, head and band, float64, descending (index 1-based).
+    Where the model normalises q and k first (QK-norm) the form acts on the normed
+    projections' directions, not on x itself."""
+    rows = []
+    for l, layer in enumerate(weights.layers):
+        dims = _band_dims(layer.rotary, layer.d_head, "cpu")
+        for h in range(layer.n_heads):
+            W_Q, W_K = layer.W_Q[h].double().cpu(), layer.W_K[layer.kv_head(h)].double().cpu()
+            for b, band_dims in enumerate(dims):
+                R_Q = torch.linalg.qr(W_Q[:, band_dims], mode="r").R
+                R_K = torch.linalg.qr(W_K[:, band_dims], mode="r").R
+                values = torch.linalg.svdvals(R_Q @ R_K.T).numpy()
+                for index, value in enumerate(values, start=1):
+                    rows.append((l + 1, h + 1, b, index, float(value)))
+    columns = ["layer", "head", "band", "index", "singular_value"]
+    return pd.DataFrame(rows, columns=columns)
