@@ -167,7 +167,7 @@ def test_decoders_run_every_rule(decoder_run):
         forms = pd.read_csv(results / "model/wa_singular_values.tsv", sep="\t")
         assert len(forms) == 2 * 4 * 4 * 2  # layers x heads x bands x 2 values per band
         trt = pd.read_csv(results / "wiki512/position/trt.tsv.gz", sep="\t")
-        assert trt["value"].between(0, 1 + 1e-6).all() and (trt[trt.t > 0]["value"] == 0).all()
+        assert (trt["value"] >= 0).all() and (trt[trt.t > 0]["value"] == 0).all()  # causal
         norms = pd.read_csv(results / "wiki/norms/decomposition_check.tsv", sep="\t")
         assert np.isfinite(norms.select_dtypes("number")).all().all()
         assert len(list((results / "wiki/views").glob("sequence_*.html"))) == 2
