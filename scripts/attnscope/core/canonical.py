@@ -111,15 +111,25 @@ class Linearised:
     """A feed-forward block linearised around one batch by Integrated Gradients: for parts
     z_p of its input h = sum_p z_p (bias part included), the output is exactly
 
-        FF(h) = sum_p ((z_p W_pre) * c) W_post + b_out,
+        FF(h) = sum_p fold((z_p W_pre) * c) W_post + b_out,
 
-    with c [B, n, m] the per-token coefficients (they depend on the token's own h only)."""
+    with c [B, n, m] the per-token coefficients (they depend on the token's own h only).
+    `pair_width` w > 0 (gated blocks): the m pre-activations are blocks [gate (w) | in (w)]
+    (one per expert), and `fold` adds each block's two halves before W_post, whose rows are
+    the blocks' w units: the gate's and the input's shares go through W_out once."""
 
     W_pre: torch.Tensor  # [d, m]
     b_pre: torch.Tensor  # [m]
     c: torch.Tensor  # [B, n, m]
-    W_post: torch.Tensor  # [m, d]
+    W_post: torch.Tensor  # [m, d], or [m / 2, d] with pair_width
     b_out: torch.Tensor  # [d]
+    pair_width: int = 0
+
+    def fold(self, u: torch.Tensor) -> torch.Tensor:
+        """[..., m] -> [..., m / 2] (each block's gate half plus its input half), or u."""
+        if not self.pair_width:
+            return u
+        return u.unflatten(-1, (-1, 2, self.pair_width)).sum(-2).flatten(-2)
 
 
 @dataclass(frozen=True)
@@ -162,13 +172,13 @@ class FeedForward:
             c = torch.cat([c_gate, c_in], dim=-1)
             W_pre = torch.cat([self.W_gate, self.W_in], dim=1)
             b_pre = torch.cat([self.b_gate, self.b_in])
-            W_post = torch.cat([self.W_out, self.W_out], dim=0)
+            width = self.W_in.shape[1]
         else:
             c = ig_coefficients(self.activation, U, ig_steps)
-            W_pre, b_pre, W_post = self.W_in, self.b_in, self.W_out
+            W_pre, b_pre, width = self.W_in, self.b_in, 0
         if weight is not None:
             c = c * weight[..., None]
-        return Linearised(W_pre, b_pre, c, W_post, self.b_out)
+        return Linearised(W_pre, b_pre, c, self.W_out, self.b_out, width)
 
 
 @dataclass(frozen=True)
@@ -208,12 +218,16 @@ class MixtureOfExperts:
         used = [e for e in range(len(self.experts)) if bool((w[..., e] > 0).any())]
         parts = [self.experts[e].linearise(h, ig_steps, w[..., e]) for e in used]
         b_out = torch.zeros_like(h[0, 0]) if self.b_out is None else self.b_out
+        widths = {p.pair_width for p in parts}
+        if len(widths) != 1:
+            raise ValueError("experts of one mixture must share their width and gating")
         return Linearised(
             torch.cat([p.W_pre for p in parts], dim=1),
             torch.cat([p.b_pre for p in parts]),
             torch.cat([p.c for p in parts], dim=-1),
             torch.cat([p.W_post for p in parts], dim=0),
             b_out,
+            widths.pop(),
         )
 
 

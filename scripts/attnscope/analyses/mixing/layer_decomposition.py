@@ -152,19 +152,20 @@ class HeadFactors:
     def _centre(self, v: torch.Tensor) -> torch.Tensor:
         return centred(v) if self.centred else v
 
-    def times(self, W: torch.Tensor) -> Callable[[int, int], torch.Tensor]:
-        """z_ij W for a chunk of queries, mixed from the head vectors: (i0, i1) ->
-        [B, n (key j), i1 - i0 (query i), d_out]. W [d, d_out] is applied once, to the
-        H n head vectors and n residual vectors, not to the n^2 parts."""
+    def times(self, W: torch.Tensor) -> Callable[..., torch.Tensor]:
+        """z_ij W for a chunk of queries, mixed from the head vectors: (i0, i1, keys) ->
+        [B, keys (key j < keys), i1 - i0 (query i), d_out]. W [d, d_out] is applied once, to
+        the H n head vectors and n residual vectors, not to the n^2 parts."""
         W_gamma = self.gamma[:, None] * W
         heads = self._centre(self.fx) @ W_gamma  # [B, H, n, d_out]
         heads = heads.transpose(1, 2)  # [B, n (j), H, d_out]
         residual = self._centre(self.X) @ W_gamma  # [B, n, d_out]
 
-        def chunk(i0: int, i1: int) -> torch.Tensor:
+        def chunk(i0: int, i1: int, keys: int | None = None) -> torch.Tensor:
+            keys = heads.shape[1] if keys is None else keys
             scale = 1 / self.s[:, i0:i1]  # [B, c, 1]
-            weights = (self.alpha[:, :, i0:i1] * scale[:, None]).permute(0, 3, 2, 1)
-            u = weights @ heads  # [B, n (j), c (i), H] @ [B, n, H, d_out]
+            weights = (self.alpha[:, :, i0:i1, :keys] * scale[:, None]).permute(0, 3, 2, 1)
+            u = weights @ heads[:, :keys]  # [B, keys (j), c (i), H] @ [B, keys, H, d_out]
             own = u.diagonal(offset=-i0, dim1=1, dim2=2)  # (j = i) entries, [B, d_out, c]
             own.add_((residual[:, i0:i1] * scale).transpose(1, 2))
             return u
@@ -184,11 +185,13 @@ def feed_forward_parts(
     The FF is linearised once per batch at the total input h_i = sum_j z_ij + bias_i
     (`FeedForward.linearise`: coefficients c_i per query token, shared by every key j; gated
     and mixture-of-experts blocks stack their pre-activations side by side). Part j ->
-    ((z_ij W_pre) * c_i) W_post; bias -> ((bias_i W_pre + b_pre) * c_i) W_post + b_out.
+    fold((z_ij W_pre) * c_i) W_post; bias -> fold((bias_i W_pre + b_pre) * c_i) W_post + b_out
+    (`fold` adds a gated block's gate and input shares before W_out).
     Returns (parts [B, n, n, d], bias [B, n, d], the real FF output FF(h) [B, n, d] for the
     completeness check). `factors`: the same parts in factored form, which makes z_ij W_pre
     n/H times cheaper (module docstring); without them z_ij W_pre is computed from `parts`.
-    Queries are processed in chunks: no [B, n, n, m] tensor.
+    Queries are processed in chunks: no [B, n, n, m] tensor. In a causal layer the parts of
+    keys after the chunk's last query are 0 at this stage and are skipped (half the work).
     """
     B, n, _, _ = parts.shape
     total = parts.sum(2) + bias
@@ -196,18 +199,19 @@ def feed_forward_parts(
     m = lin.W_pre.shape[1]
     if factors is None:
 
-        def pre_activation(i0: int, i1: int) -> torch.Tensor:
-            return parts[:, i0:i1].transpose(1, 2) @ lin.W_pre
+        def pre_activation(i0: int, i1: int, keys: int) -> torch.Tensor:
+            return parts[:, i0:i1, :keys].transpose(1, 2) @ lin.W_pre
 
     else:
         pre_activation = factors.times(lin.W_pre)
-    out = torch.empty_like(parts)
+    out = torch.zeros_like(parts)
     chunk = max(1, FF_CHUNK_ELEMENTS // max(1, B * n * m))
     for i0 in range(0, n, chunk):
         i1 = min(n, i0 + chunk)
-        u = pre_activation(i0, i1).mul_(lin.c[:, None, i0:i1])  # [B, n (j), c (i), m]
-        out[:, i0:i1] = (u @ lin.W_post).transpose(1, 2)
-    new_bias = ((bias @ lin.W_pre + lin.b_pre) * lin.c) @ lin.W_post + lin.b_out
+        keys = i1 if layer.causal else n
+        u = pre_activation(i0, i1, keys).mul_(lin.c[:, None, i0:i1])  # [B, keys, c (i), m]
+        out[:, i0:i1, :keys] = (lin.fold(u) @ lin.W_post).transpose(1, 2)
+    new_bias = lin.fold((bias @ lin.W_pre + lin.b_pre) * lin.c) @ lin.W_post + lin.b_out
     return out, new_bias, layer.ff(total)
 
 
