@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from attnscope.architectures import decoders, neox
+
 TINY = dict(hidden=32, heads=4, layers=2, ff=64, vocab=120, positions=64)
 # A WordPiece vocabulary of the special tokens alone: a tokenizer file where only its presence
 # matters (a model folder must hold one), and a tokenizer that fits no text.
@@ -54,24 +56,8 @@ def tiny_config(family: str):
     raise ValueError(family)
 
 
-# Every rotary decoder type attnscope supports; `tiny_decoder_config` sets what each takes
-DECODERS = (
-    "llama",
-    "mistral",
-    "qwen2",
-    "qwen3",
-    "gemma",
-    "gemma2",
-    "gemma3_text",
-    "olmo2",
-    "granite",
-    "smollm3",
-    "phi3",
-    "mixtral",
-    "gpt_neox",
-    "stablelm",
-    "cohere",
-)
+# Every rotary decoder type attnscope supports (a new one needs its `tiny_decoder_config`)
+DECODERS = (*decoders.MODEL_TYPES, *neox.MODEL_TYPES)
 WINDOW = 4  # sliding windows shorter than the tiny batches, so that they take effect
 
 
