@@ -28,6 +28,7 @@ the padding positions of every layer's input to 0 (see `residual_states`).
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import TYPE_CHECKING
 
@@ -226,8 +227,7 @@ def _layer(core, index: int, config) -> CanonicalLayer:
     multiplier = getattr(config, "residual_multiplier", 1.0)  # Granite
     if multiplier != 1.0:
         weights["W_O"], weights["b_O"] = weights["W_O"] * multiplier, weights["b_O"] * multiplier
-        ff = FeedForward(**{**ff.__dict__, "W_out": ff.W_out * multiplier})
-        ff = FeedForward(**{**ff.__dict__, "b_out": ff.b_out * multiplier})
+        ff = dataclasses.replace(ff, W_out=ff.W_out * multiplier, b_out=ff.b_out * multiplier)
     q_norm = _optional_norm(attn, "q_norm", model_type)
     k_norm = _optional_norm(attn, "k_norm", model_type)
     return CanonicalLayer(
