@@ -239,8 +239,9 @@ def test_tables_list_each_layers_own_bands():
         layers = canonical_weights(tiny_model(model_type)).layers
         statistics = []
         for layer in layers:
-            statistics.append(rotary.RotaryStatistics(layer, 9, t_max=3))
-            statistics[-1].update(X, mask)
+            stats = rotary.RotaryStatistics(layer, 9, t_max=3)
+            stats.update(X, mask)
+            statistics.append(stats.summary())
         result = rotary.RotaryResult.collect(statistics)
         assert result.n_bands.tolist() == expected
         bands = rotary.band_table(result)

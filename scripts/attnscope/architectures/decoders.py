@@ -290,8 +290,7 @@ def attention_output(model, layer: int, X: torch.Tensor, mask: torch.Tensor) -> 
     core = base_model(model)
     block = core.layers[layer]
     attn = block.self_attn
-    norms = layer_norms(block, model.config.model_type)
-    x = block.input_layernorm(X) if norms["ln_attn"] is not None else X
+    x = block.input_layernorm(X) if hasattr(block, "input_layernorm") else X  # OLMo-2: none
     window = sliding_window(attn, model.config)
     with torch.no_grad():
         y = attn(

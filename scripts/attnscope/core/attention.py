@@ -115,18 +115,15 @@ def attention_output(alpha: torch.Tensor, fx: torch.Tensor, layer: CanonicalLaye
     return torch.einsum("bhij,bhjd->bid", alpha, fx) + layer.b_O
 
 
-def _post(norm, y: torch.Tensor) -> torch.Tensor:
-    return y if norm is None else norm(y)
-
-
-def _pre(norm, x: torch.Tensor) -> torch.Tensor:
+def through(norm, x: torch.Tensor) -> torch.Tensor:
+    """x through `norm`, or x itself where the layer has no norm there (None)."""
     return x if norm is None else norm(x)
 
 
 def attention_block(X: torch.Tensor, mask: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
     """What the attention block adds to the residual stream: y, or post_attn(y).  [B, n, d]"""
     y = attention_output(attention_probs(X, mask, layer), value_vectors(X, layer), layer)
-    return _post(layer.post_attn, y)
+    return through(layer.post_attn, y)
 
 
 def feed_forward(h: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
@@ -138,9 +135,9 @@ def layer_forward(X: torch.Tensor, mask: torch.Tensor, layer: CanonicalLayer):
     """The whole layer recomputed from canonical weights: X_l -> X_{l+1}.  [B, n, d]"""
     a = attention_block(X, mask, layer)
     if layer.parallel:
-        return X + a + _post(layer.post_ff, layer.ff(_pre(layer.ln_ff, X)))
+        return X + a + through(layer.post_ff, layer.ff(through(layer.ln_ff, X)))
     if layer.pre_ln:
         h = X + a
-        return h + _post(layer.post_ff, layer.ff(_pre(layer.ln_ff, h)))
+        return h + through(layer.post_ff, layer.ff(through(layer.ln_ff, h)))
     h = layer.ln_attn(X + a)
     return layer.ln_ff(h + layer.ff(h))

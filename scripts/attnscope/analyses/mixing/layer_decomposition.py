@@ -57,7 +57,7 @@ from dataclasses import dataclass
 import torch
 
 from attnscope.analyses.mixing.scopes import SCOPES, VECTOR_SCOPES, WEIGHT_SCOPES  # noqa: F401
-from attnscope.core.attention import attention_probs, value_vectors
+from attnscope.core.attention import attention_probs, through, value_vectors
 from attnscope.core.canonical import CanonicalLayer, CanonicalLayerNorm
 
 FF_CHUNK_ELEMENTS = 2**22  # [B, n, chunk, d_ff] float32 pre-activation parts: <= 16 MiB (faster
@@ -270,7 +270,7 @@ def layer_stages(
     del factors, alpha, fx
     ff_parts, ff_bias = _normed(ff_parts, ff_bias, layer.post_ff)
     if completeness is not None:
-        completeness["ff_real"] = _post(layer.post_ff, ff_real)
+        completeness["ff_real"] = through(layer.post_ff, ff_real)
     del parts
     yield Stage("AttnResLnFf", ff_parts, ff_bias)
     parts = ff_parts.add_(residual_parts)
@@ -279,10 +279,6 @@ def layer_stages(
     yield Stage("AttnResLnFfRes", parts, bias)
     parts, bias = _normed(parts, bias, closing_ln if layer.pre_ln else layer.ln_ff)
     yield Stage("AttnResLnFfResLn", parts, bias)
-
-
-def _post(norm, y: torch.Tensor) -> torch.Tensor:
-    return y if norm is None else norm(y)
 
 
 def closing_layer_norm(layers: list[CanonicalLayer], final_ln, index: int):
@@ -305,13 +301,13 @@ def reference_outputs(
     [B, n, d] (Architecture.attention_output; a norm on the block's output is applied here)
     and the canonical norm/FF recomputation; the last residual stream state is the stored
     next hidden state `X_next` when given."""
-    y_attention = _post(layer.post_attn, y_attention)
+    y_attention = through(layer.post_attn, y_attention)
     out = {"Attn": y_attention, "AttnRes": X + y_attention}
     if layer.pre_ln:
         h = X + y_attention
         ff_in = X if layer.parallel else h
         out["AttnResLn"] = ff_in if layer.ln_ff is None else layer.ln_ff(ff_in)
-        out["AttnResLnFf"] = _post(layer.post_ff, layer.ff(out["AttnResLn"]))
+        out["AttnResLnFf"] = through(layer.post_ff, layer.ff(out["AttnResLn"]))
         out["AttnResLnFfRes"] = h + out["AttnResLnFf"] if X_next is None else X_next
         last = out["AttnResLnFfRes"]
         out["AttnResLnFfResLn"] = last if closing_ln is None else closing_ln(last)

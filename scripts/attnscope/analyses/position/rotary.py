@@ -214,6 +214,41 @@ class RotaryStatistics:
         """max |sum_b s^b - q k^T scale| / max |q k^T scale| over the visible pairs seen."""
         return self.largest["residual"] / max(self.largest["score"], np.finfo(float).tiny)
 
+    def summary(self) -> LayerSummary:
+        """The layer's results as arrays, without its [H, bands, length] accumulators."""
+        return LayerSummary(
+            t_max=self.t_max,
+            n_heads=self.layer.n_heads,
+            n_bands=self.n_bands,
+            theta=self.theta,
+            wavelength=self.wavelength,
+            abs_share=self.abs_share,
+            positional_share=self.positional_share,
+            q_norm=self.norm("q"),
+            k_norm=self.norm("k"),
+            offset_mean=self.offset_mean,
+            offset_count=self.offset_count,
+            residual=self.residual,
+        )
+
+
+@dataclass
+class LayerSummary:
+    """One layer's band statistics (`RotaryStatistics.summary`); shapes as there."""
+
+    t_max: int
+    n_heads: int
+    n_bands: int
+    theta: np.ndarray
+    wavelength: np.ndarray
+    abs_share: np.ndarray
+    positional_share: np.ndarray
+    q_norm: np.ndarray
+    k_norm: np.ndarray
+    offset_mean: np.ndarray
+    offset_count: np.ndarray
+    residual: float
+
 
 @dataclass
 class RotaryResult:
@@ -237,11 +272,11 @@ class RotaryResult:
     residual: np.ndarray
 
     @classmethod
-    def collect(cls, statistics: list[RotaryStatistics]) -> RotaryResult:
-        """Stack the layers' statistics (all with the same t_max and heads)."""
-        t_max = statistics[0].t_max
-        L, H = len(statistics), statistics[0].layer.n_heads
-        K = max(s.n_bands for s in statistics)
+    def collect(cls, layers: list[LayerSummary]) -> RotaryResult:
+        """Stack the layers' summaries (all with the same t_max and heads)."""
+        t_max = layers[0].t_max
+        L, H = len(layers), layers[0].n_heads
+        K = max(s.n_bands for s in layers)
         arrays = {
             name: np.full((L, *shape), np.nan)
             for name, shape in (
@@ -254,21 +289,17 @@ class RotaryResult:
                 ("offset_mean", (H, K, t_max + 1)),
             )
         }
-        for l, stats in enumerate(statistics):
-            nb = stats.n_bands
-            arrays["theta"][l, :nb], arrays["wavelength"][l, :nb] = stats.theta, stats.wavelength
-            arrays["abs_share"][l, :, :nb] = stats.abs_share
-            arrays["positional_share"][l, :, :nb] = stats.positional_share
-            arrays["q_norm"][l, :, :nb], arrays["k_norm"][l, :, :nb] = (
-                stats.norm("q"),
-                stats.norm("k"),
-            )
-            arrays["offset_mean"][l, :, :nb] = stats.offset_mean
+        for l, summary in enumerate(layers):
+            nb = summary.n_bands
+            for name in ("theta", "wavelength"):
+                arrays[name][l, :nb] = getattr(summary, name)
+            for name in ("abs_share", "positional_share", "q_norm", "k_norm", "offset_mean"):
+                arrays[name][l, :, :nb] = getattr(summary, name)
         return cls(
             t_max=t_max,
-            n_bands=np.array([s.n_bands for s in statistics]),
-            offset_count=np.stack([s.offset_count for s in statistics]),
-            residual=np.array([s.residual for s in statistics]),
+            n_bands=np.array([s.n_bands for s in layers]),
+            offset_count=np.stack([s.offset_count for s in layers]),
+            residual=np.array([s.residual for s in layers]),
             **arrays,
         )
 
@@ -278,13 +309,13 @@ def scan_rotary(
 ) -> RotaryResult:
     """The band statistics of every layer, one layer's accumulators at a time, streaming the
     store's batches (as `scan.scan_trt`)."""
-    statistics = []
+    summaries = []
     for l, layer in enumerate(weights.layers):
         stats = RotaryStatistics(layer, store.length, t_max, device)
         for batch in store.batches(l, batch_size, device):
             stats.update(batch.X, batch.mask)
-        statistics.append(stats)
-    return RotaryResult.collect(statistics)
+        summaries.append(stats.summary())  # the accumulators go with `stats`
+    return RotaryResult.collect(summaries)
 
 
 def _layer_bands(result: RotaryResult, l: int) -> pd.DataFrame:
