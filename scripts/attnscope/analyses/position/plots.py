@@ -294,13 +294,15 @@ def rotary_norms(rotary_bands: pd.DataFrame, title: str):
     """Mean ||q^b|| and ||k^b|| per band against its wavelength 2 pi / theta_b in tokens (log
     scale; the unrotated band, of infinite wavelength, is left out), all layers and heads."""
     rows = rotary_bands[np.isfinite(rotary_bands.wavelength)]
-    fig, axes = plt.subplots(1, 2, figsize=(8, 3.2), sharey=True)
+    fig, axes = plt.subplots(1, 2, figsize=(8.6, 3.2), sharey=True, constrained_layout=True)
     for ax, name in zip(axes, ("q_norm", "k_norm"), strict=True):
-        ax.scatter(rows.wavelength, rows[name], s=6, alpha=0.5, c=rows.layer, cmap="viridis")
+        points = ax.scatter(
+            rows.wavelength, rows[name], s=6, alpha=0.5, c=rows.layer, cmap="viridis"
+        )
         ax.set(xscale="log", xlabel="wavelength (tokens)", title=name.replace("_", " "))
     axes[0].set_ylabel("mean norm")
+    fig.colorbar(points, ax=list(axes), label="layer")
     fig.suptitle(title)
-    fig.tight_layout()
     return fig
 
 
