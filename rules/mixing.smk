@@ -60,3 +60,40 @@ rule mixing_tables:
         ff_pairs_top_k=MIXING["ff_pairs_top_k"],
     script:
         "../scripts/mixing_tables.py"
+
+
+# The decomposition carried through the whole depth; rollouts of the per-layer maps above.
+rule mixing_propagate:
+    input:
+        manifest=manifest,
+        hidden_states=hidden_states,
+        maps=MIXING_OUT.table("maps.h5"),
+    output:
+        **{
+            file.split(".")[0]: MIXING_OUT.table(file)
+            for file in (
+                "propagated.h5",
+                "propagated_mixing.tsv",
+                "rollout.tsv",
+                "prediction.tsv",
+                "propagation_check.tsv",
+            )
+        },
+    log:
+        "results/{model}/{corpus}/logs/mixing_propagate.log",
+    benchmark:
+        "results/{model}/{corpus}/benchmarks/mixing_propagate.tsv"
+    conda:
+        "../envs/model.yaml"
+    threads: 4
+    resources:
+        gpu=gpu_count,
+        slurm_partition=partition,
+    params:
+        batch_size=MIXING["batch_size"],
+        ig_steps=MIXING["ig_steps"],
+        maps_dtype=MIXING["maps_dtype"],
+        rollout_scopes=MIXING["rollout_scopes"],
+        contrast=MIXING["contrast"],
+    script:
+        "../scripts/mixing_propagate.py"

@@ -27,6 +27,7 @@ __all__ = [
     "has_mlm_head",
     "lm_head_kind",
     "load_model",
+    "prediction_head",
 ]
 
 
@@ -43,6 +44,12 @@ def architecture(model_type: str, what: str = "the model") -> Architecture:
 def canonical_weights(model) -> CanonicalModel:
     """Canonical weights of a loaded `transformers` model (any head)."""
     return architecture(model.config.model_type).canonical_weights(model)
+
+
+def prediction_head(model):
+    """The `PredictionHead` of a model loaded with its LM head (`load_model(head=...)`), or
+    None for a bare model."""
+    return architecture(model.config.model_type).prediction_head(model)
 
 
 def load_model(path: str, device: str = "cpu", head: str | None = None):

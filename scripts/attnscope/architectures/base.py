@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # torch is imported inside the functions: the workflow reads the registry
     import torch  # when it parses the config, in an environment without torch
 
-from attnscope.core.canonical import CanonicalLayerNorm, CanonicalModel
+from attnscope.core.canonical import CanonicalLayerNorm, CanonicalModel, PredictionHead
 
 
 class UnsupportedModelError(ValueError):
@@ -35,6 +35,8 @@ class Architecture:
     mlm_head_prefixes    weight-name prefixes of a masked-LM head (none for causal LMs)
     causal_lm_prefixes   weight-name prefixes of a causal LM's output head (none for encoders)
     has_mask_token       whether the family's tokenizers have a mask token ([MASK], <mask>)
+    prediction_head      model loaded with its LM head -> its `PredictionHead` (read from the
+                         head's modules and the config), None for a bare model
     """
 
     name: str
@@ -47,6 +49,7 @@ class Architecture:
     mlm_head_prefixes: tuple[str, ...] = ()
     causal_lm_prefixes: tuple[str, ...] = ()
     has_mask_token: bool = False
+    prediction_head: Callable[[torch.nn.Module], PredictionHead | None] = lambda model: None
 
     def model_inputs(self, model, input_ids, attention_mask, token_type_ids) -> dict:
         """Keyword arguments of the forward pass; segment ids only where the model uses them."""
@@ -109,3 +112,24 @@ def hidden_states_forward(model, inputs: dict) -> list[torch.Tensor]:
 
     with torch.no_grad():
         return list(model(**inputs, output_hidden_states=True).hidden_states)
+
+
+def causal_head(model) -> PredictionHead | None:
+    """A causal LM's head: its output embedding (`lm_head`, GPT-NeoX's `embed_out`; tied or
+    not) after the final norm, then the config's logit multiplier (Granite divides by
+    `logits_scaling`, Cohere multiplies by its `logit_scale`) and Gemma-2/3's soft-cap
+    (`final_logit_softcapping`), as their `ForCausalLM.forward` applies them. None for a bare
+    model."""
+    import torch
+
+    output = model.get_output_embeddings()
+    if output is None:
+        return None
+    config = model.config
+    W_U = output.weight.detach().T
+    b_U = output.bias.detach() if output.bias is not None else torch.zeros_like(W_U[0])
+    # Cohere's forward multiplies by the attribute its __init__ copied from the config
+    multiplier = getattr(model, "logit_scale", 1.0) / getattr(config, "logits_scaling", 1.0)
+    return PredictionHead(
+        W_U, b_U, multiplier=multiplier, softcap=getattr(config, "final_logit_softcapping", None)
+    )

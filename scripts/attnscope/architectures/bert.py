@@ -19,7 +19,12 @@ from attnscope.architectures.base import (
     split_heads_in,
     split_heads_out,
 )
-from attnscope.core.canonical import CanonicalLayer, CanonicalModel, FeedForward
+from attnscope.core.canonical import (
+    CanonicalLayer,
+    CanonicalModel,
+    FeedForward,
+    PredictionHead,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -82,6 +87,45 @@ def canonical_weights(model) -> CanonicalModel:
     )
 
 
+def prediction_head(model) -> PredictionHead | None:
+    """The masked-LM head: dense -> activation -> LayerNorm -> decoder (+ bias), as BERT's
+    `cls.predictions` (transform_act_fn from hidden_act), RoBERTa's `lm_head` and ELECTRA's
+    `generator_predictions` + `generator_lm_head` (both erf-GELU) compute it. None for a
+    bare encoder."""
+    import torch
+    from transformers.activations import ACT2FN
+
+    if hasattr(model, "cls"):
+        transform = model.cls.predictions.transform
+        dense, ln, decoder = transform.dense, transform.LayerNorm, model.cls.predictions.decoder
+        activation_name = model.config.hidden_act
+    elif hasattr(model, "lm_head"):
+        head = model.lm_head
+        dense, ln, decoder, activation_name = head.dense, head.layer_norm, head.decoder, "gelu"
+    elif hasattr(model, "generator_lm_head"):
+        head = model.generator_predictions
+        dense, ln, decoder = head.dense, head.LayerNorm, model.generator_lm_head
+        activation_name = "gelu"
+    else:
+        return None
+    W = dense.weight.detach().T.contiguous()
+    width = W.shape[1]
+    identity = torch.eye(width, dtype=W.dtype, device=W.device)
+    return PredictionHead(
+        W_U=decoder.weight.detach().T,
+        b_U=decoder.bias.detach(),
+        transform=FeedForward(
+            W_in=W,
+            b_in=dense.bias.detach(),
+            W_out=identity,
+            b_out=torch.zeros_like(identity[0]),
+            activation=ACT2FN[activation_name],
+            activation_name=activation_name,
+        ),
+        ln=layer_norm(ln),
+    )
+
+
 def uses_segment_ids(config) -> bool:
     """Segment ids only when the model has more than one token type (else zeros would be
     added anyway; RoBERTa has one type)."""
@@ -122,4 +166,5 @@ ARCHITECTURE = Architecture(
     max_positions=max_positions,
     mlm_head_prefixes=("cls.predictions", "lm_head", "generator_lm_head"),
     has_mask_token=True,
+    prediction_head=prediction_head,
 )

@@ -32,7 +32,7 @@ import dataclasses
 import inspect
 from typing import TYPE_CHECKING
 
-from attnscope.architectures.base import Architecture, additive_mask, base_model
+from attnscope.architectures.base import Architecture, additive_mask, base_model, causal_head
 from attnscope.core.canonical import (
     CanonicalLayer,
     CanonicalLayerNorm,
@@ -351,4 +351,5 @@ ARCHITECTURE = Architecture(
     residual_states=residual_states,
     max_positions=lambda config: config["max_position_embeddings"],
     causal_lm_prefixes=("lm_head",),
+    prediction_head=causal_head,
 )

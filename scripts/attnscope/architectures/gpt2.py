@@ -13,6 +13,7 @@ from attnscope.architectures.base import (
     Architecture,
     additive_mask,
     base_model,
+    causal_head,
     hidden_states_forward,
     layer_norm,
     split_heads_bias,
@@ -111,4 +112,5 @@ ARCHITECTURE = Architecture(
     residual_states=residual_states,
     max_positions=lambda config: config["n_positions"],
     causal_lm_prefixes=("lm_head",),
+    prediction_head=causal_head,
 )

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from attnscope.architectures.base import Architecture, additive_mask, base_model
+from attnscope.architectures.base import Architecture, additive_mask, base_model, causal_head
 from attnscope.architectures.decoders import (
     attention_weights,
     feed_forward,
@@ -229,4 +229,5 @@ ARCHITECTURE = Architecture(
     residual_states=residual_states,
     max_positions=lambda config: config["max_position_embeddings"],
     causal_lm_prefixes=("lm_head", "embed_out"),
+    prediction_head=causal_head,
 )

@@ -294,6 +294,25 @@ class CanonicalLayer:
 
 
 @dataclass(frozen=True)
+class PredictionHead:
+    """A language-model head on the last state h (after the final norm of a pre-LN model):
+
+        logits = softcap(multiplier * (LN(transform(h)) W_U + b_U)),  softcap(z) = c tanh(z / c)
+
+    `transform`: a masked-LM head's dense layer and activation as a `FeedForward` whose W_out
+    is the identity (BERT, RoBERTa, ELECTRA), or None (causal LMs); `ln` its LayerNorm.
+    W_U [d_e, V], b_U [V]; `multiplier` (Granite's 1 / logits_scaling, Cohere's logit_scale)
+    and `softcap` c (Gemma-2/3's final_logit_softcapping, or None)."""
+
+    W_U: torch.Tensor
+    b_U: torch.Tensor
+    transform: FeedForward | None = None
+    ln: CanonicalLayerNorm | None = None
+    multiplier: float = 1.0
+    softcap: float | None = None
+
+
+@dataclass(frozen=True)
 class CanonicalModel:
     """A whole model in canonical form.
 

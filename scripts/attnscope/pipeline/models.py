@@ -266,8 +266,10 @@ def open_model(
     device_setting: str = "cpu",
     log=None,
     hidden_states: str | Path | None = None,
+    with_head: bool = False,
 ) -> LoadedModel:
-    """Load the model a manifest describes (eager attention, eval mode) on the resolved device.
+    """Load the model a manifest describes (eager attention, eval mode) on the resolved device,
+    with its language-model head when `with_head` and the manifest's `lm_head` names one.
 
     Refuses (ModelChangedError) model files that differ from the manifest, and, given the
     `hidden_states` store the job reads, states made with other weights than the manifest's.
@@ -281,5 +283,6 @@ def open_model(
     device = pick_device(device_setting)
     if log is not None:
         log.info("model %s on %s", manifest["name"], device)
-    model = load_model(manifest["path"], device)
+    head = manifest.get("lm_head") if with_head else None
+    model = load_model(manifest["path"], device, head=head)
     return LoadedModel(manifest, device, model, canonical_weights(model))

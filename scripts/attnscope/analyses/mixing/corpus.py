@@ -55,7 +55,10 @@ class ResidualLog:
         self.worst: dict[tuple[int, str], tuple[float, float]] = {}
 
     def add(self, layer: int, stage: str, got, want, mask) -> None:
-        max_abs, max_rel = checks.residual(got, want, mask)
+        """got, want [B, n, d] over real tokens (mask [B, n])."""
+        self.record(layer, stage, *checks.residual(got, want, mask))
+
+    def record(self, layer: int, stage: str, max_abs: float, max_rel: float) -> None:
         old = self.worst.get((layer, stage), (0.0, 0.0))
         self.worst[(layer, stage)] = (max(old[0], max_abs), max(old[1], max_rel))
         checks.require(f"layer {layer}: mixing stage {stage} vs real output", max_rel, self.bound)

@@ -220,6 +220,47 @@ def _normed(parts, bias, norm):
     return (parts, bias) if norm is None else layer_norm_parts(parts, bias, norm)
 
 
+@dataclass
+class Carried:
+    """A hidden state X [B, n, d] split into the parts of m sources (the input tokens, when a
+    decomposition is carried through the depth): X_i = sum_j parts_ij + bias_i, parts
+    [B, n, m, d], bias [B, n, d]."""
+
+    parts: torch.Tensor
+    bias: torch.Tensor
+
+    def total(self) -> torch.Tensor:
+        return self.parts.sum(2) + self.bias
+
+
+def carried_attention(
+    alpha: torch.Tensor, carried: Carried, layer: CanonicalLayer
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The attention block applied to a carried split of its input (before any output norm).
+
+    The block is linear in the values, and the values are affine in what the block reads
+    (its norm of X for pre-LN, a norm per token: `layer_norm_parts`): with x_k = sum_j p_kj +
+    b_k, part j of the output at query i is sum_h sum_k alpha^h_ik p_kj W_V^h W_O^h, and the
+    bias gets sum_h sum_k alpha^h_ik (b_k W_V^h + b_V^h) W_O^h + b_O.
+    alpha [B, H, n, n] -> (parts [B, n, m, d], bias [B, n, d]).
+    """
+    parts, bias = carried.parts, carried.bias
+    if layer.pre_ln and layer.ln_attn is not None:
+        parts, bias = layer_norm_parts(parts, bias, layer.ln_attn)
+    B, H, n, _ = alpha.shape
+    G = layer.n_kv_heads
+    alpha = alpha.reshape(B, G, H // G, n, n)  # query heads grouped by their key/value head
+    W_O = layer.W_O.reshape(G, H // G, *layer.W_O.shape[1:])
+    values = torch.einsum("bkjd,gde->bgkje", parts, layer.W_V)  # [B, G, n (k), m (j), d']
+    mixed = torch.einsum("bgrik,bgkje->bgrije", alpha, values)
+    del values
+    out = torch.einsum("bgrije,gred->bijd", mixed, W_O)
+    del mixed
+    bias_values = torch.einsum("bkd,gde->bgke", bias, layer.W_V) + layer.b_V[None, :, None]
+    out_bias = torch.einsum("bgrik,bgke,gred->bid", alpha, bias_values, W_O) + layer.b_O
+    return out, out_bias
+
+
 def layer_stages(
     X: torch.Tensor,
     mask: torch.Tensor,
@@ -227,6 +268,7 @@ def layer_stages(
     closing_ln: CanonicalLayerNorm | None = None,
     ig_steps: int = 0,
     completeness: dict | None = None,
+    carried: Carried | None = None,
 ) -> Iterator[Stage]:
     """Yield the six vector stages of one layer in module order (see the module docstring).
 
@@ -235,39 +277,55 @@ def layer_stages(
     where the next layer reads the stream itself); unused for post-LN. A yielded stage's
     tensors may be modified by the next step: use them (norms, sums) before advancing. If
     `completeness` is a dict, its key "ff_real" receives the real FF output.
+
+    `carried`: a split of X into parts of m sources (`Carried`, e.g. the input tokens carried
+    from the embeddings); the stages then hold parts [B, n, m, d] of those sources. None:
+    the parts of X are its own tokens (x_i is the one part at j = i), m = n. The norms' scales
+    and the FF's IG coefficients depend only on each token's total, so both splits are exact.
     """
     alpha = attention_probs(X, mask, layer)
-    fx = value_vectors(X, layer)
-    parts = attention_parts(alpha, fx)
-    bias = layer.b_O.expand_as(X).clone()
+    if carried is None:
+        fx = value_vectors(X, layer)
+        parts = attention_parts(alpha, fx)
+        bias = layer.b_O.expand_as(X).clone()
+    else:
+        parts, bias = carried_attention(alpha, carried, layer)
     if layer.post_attn is not None:  # sandwich / OLMo-2: a norm on the block's output
         post = layer.post_attn
         s_post = layer_norm_scale(parts.sum(2) + bias, post)
         parts, bias = layer_norm_parts(parts, bias, post, s_post)
-        alpha = alpha / s_post[:, None]  # the factored form of the normed parts
-        fx = post.gamma * post.centre(fx)
+        if carried is None:
+            alpha = alpha / s_post[:, None]  # the factored form of the normed parts
+            fx = post.gamma * post.centre(fx)
     yield Stage("Attn", parts, bias)
-    parts = add_residual(parts, X)
+    if carried is None:
+        parts = add_residual(parts, X)
+    else:
+        parts, bias = parts.add_(carried.parts), bias + carried.bias
     yield Stage("AttnRes", parts, bias)
     residual_parts, residual_bias = parts, bias  # pre-LN: the residual around FF is AttnRes
-    if layer.parallel:  # the FF reads (its norm of) X: its parts are the tokens themselves
+    if layer.parallel and carried is not None:  # the FF reads (its norm of) X
+        parts, bias = carried.parts, carried.bias
+    elif layer.parallel:  # ... whose parts are the tokens themselves
         alpha, fx = alpha[:, :0], fx[:, :0]
         parts = torch.zeros_like(parts)
         add_residual(parts, X)
         bias = torch.zeros_like(bias)
     ln = layer.ln_ff if layer.pre_ln else layer.ln_attn
-    if ln is None:  # OLMo-2: the FF reads the stream itself
+    factors = None  # a carried split has no factored form
+    if ln is None and carried is None:  # OLMo-2: the FF reads the stream itself
         ones = torch.ones_like(X[..., :1])
         factors = HeadFactors(alpha, fx, X, torch.ones_like(X[0, 0]), ones, centred=False)
-    else:
+    elif ln is not None:
         scale = layer_norm_scale(parts.sum(2) + bias, ln)
-        factors = HeadFactors(alpha, fx, X, ln.gamma, scale, ln.centred)
+        if carried is None:
+            factors = HeadFactors(alpha, fx, X, ln.gamma, scale, ln.centred)
         parts, bias = layer_norm_parts(parts, bias, ln, scale)
     if not layer.pre_ln:  # post-LN: the residual around FF is AttnResLn
         residual_parts, residual_bias = parts, bias
     yield Stage("AttnResLn", parts, bias, factors)
     ff_parts, ff_bias, ff_real = feed_forward_parts(parts, bias, layer, ig_steps, factors)
-    del factors, alpha, fx
+    del factors, alpha
     ff_parts, ff_bias = _normed(ff_parts, ff_bias, layer.post_ff)
     if completeness is not None:
         completeness["ff_real"] = through(layer.post_ff, ff_real)

@@ -13,6 +13,11 @@ FAMILY = Family(
             "ff_pairs.tsv",
             "example_maps.tsv",
             "decomposition_check.tsv",
+            "propagated.h5",
+            "propagated_mixing.tsv",
+            "rollout.tsv",
+            "prediction.tsv",
+            "propagation_check.tsv",
         ),
     },
     figures=(
@@ -20,5 +25,8 @@ FAMILY = Family(
         Figure("rsa", "corpus", ("rsa.tsv",)),
         Figure("scope_maps", "corpus", ("example_maps.tsv",)),
         Figure("ff_pairs", "corpus", ("ff_pairs.tsv",)),
+        Figure("propagated_mixing", "corpus", ("propagated_mixing.tsv", "mixing_ratio.tsv")),
+        Figure("rollout", "corpus", ("rollout.tsv",)),
+        Figure("prediction", "corpus", ("prediction.tsv",), ("prediction_examples",)),
     ),
 )

@@ -127,4 +127,75 @@ def ff_pairs(ff_pairs: pd.DataFrame, title: str):
     return fig
 
 
-FIGURES = {f.__name__: f for f in (mixing_ratio, rsa, scope_maps, ff_pairs)}
+def propagated_mixing(propagated_mixing: pd.DataFrame, mixing_ratio: pd.DataFrame, title: str):
+    """Left: the mixing ratio (%) of the propagated split by depth against the per-layer one
+    of the same residual state. Right: the share of the state no input token carries."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    per_layer = propagated_mixing[propagated_mixing["layer"] != "all"]
+    per_layer = per_layer.assign(layer=lambda t: t["layer"].astype(int))
+    carried = per_layer[per_layer["measure"] == "mixing_ratio"]
+    left.plot(carried["layer"], 100 * carried["mean"], "-o", label="propagated (input tokens)")
+    local = mixing_ratio[mixing_ratio["layer"] != "all"].assign(
+        layer=lambda t: t["layer"].astype(int)
+    )
+    for scope in ("AttnResLnFfRes", "AttnResLnFfResLn"):
+        rows = local[local["scope"] == scope]
+        left.plot(rows["layer"], 100 * rows["mean"], "--", label=f"per layer: {scope}")
+    left.set(xlabel="layer", ylabel="mixing ratio (%)", ylim=(0, 100))
+    left.legend(fontsize="x-small")
+    bias = per_layer[per_layer["measure"] == "bias_share"]
+    right.plot(bias["layer"], 100 * bias["mean"], "-o", color="tab:gray")
+    right.set(xlabel="layer", ylabel="bias share of the norm budget (%)")
+    for ax in (left, right):
+        ax.set_xticks(sorted(per_layer["layer"].unique()))
+    fig.suptitle(f"{title}: the state after each layer split by input token")
+    fig.tight_layout()
+    return fig
+
+
+def rollout(rollout: pd.DataFrame, title: str):
+    """Spearman of each rollout against the propagated decomposition, by layer."""
+    rows = rollout[(rollout["layer"] != "all") & ~rollout["baseline"].str.contains("~")]
+    rows = rows.assign(layer=lambda t: t["layer"].astype(int))
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    for baseline, group in rows.groupby("baseline", sort=False):
+        ax.plot(group["layer"], group["spearman"], "-o", label=baseline)
+    ax.axhline(0, color="black", linewidth=0.5)
+    ax.set(xlabel="layer", ylabel="Spearman vs propagated", ylim=(-1, 1))
+    ax.set_xticks(sorted(rows["layer"].unique()))
+    ax.legend(fontsize="x-small")
+    ax.set_title(f"{title}: where rollout agrees with the exact propagation")
+    fig.tight_layout()
+    return fig
+
+
+def prediction(prediction: pd.DataFrame, prediction_examples: int, title: str):
+    """The first predictions: each input token's contribution to the predicted logit, tokens
+    in order, shaded red (raises the logit) or blue (lowers it); the bias part at the end."""
+    keys = prediction[["sequence", "position"]].drop_duplicates().head(prediction_examples)
+    fig, axes = plt.subplots(len(keys), 1, figsize=(12, 1.3 * len(keys) + 0.6), squeeze=False)
+    for ax, (sequence, position) in zip(axes[:, 0], keys.itertuples(index=False), strict=True):
+        rows = prediction[
+            (prediction["sequence"] == sequence) & (prediction["position"] == position)
+        ]
+        values = rows["contribution"].to_numpy()
+        limit = max(float(np.abs(values).max()), 1e-12)
+        ax.imshow(values[None], cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto")
+        ax.set_xticks(range(len(rows)), rows["source_token"], rotation=90, fontsize=5)
+        ax.set_yticks([])
+        ax.grid(False)
+        first = rows.iloc[0]
+        ax.set_title(
+            f"sequence {sequence}, position {position} ({first['token']}): predicts "
+            f"{first['predicted']}, logit {first['logit']:.2f} (|max| part {limit:.2f})",
+            fontsize="small",
+        )
+    fig.suptitle(f"{title}: input tokens' contributions to the prediction")
+    fig.tight_layout()
+    return fig
+
+
+FIGURES = {
+    f.__name__: f
+    for f in (mixing_ratio, rsa, scope_maps, ff_pairs, propagated_mixing, rollout, prediction)
+}

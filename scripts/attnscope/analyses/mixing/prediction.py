@@ -1,0 +1,132 @@
+"""Each input token's share of a prediction: the propagated split pushed through the LM head.
+
+The last state's split (`propagation.propagate`) goes through the final norm (pre-LN), the
+head's transform (a masked-LM head's dense layer and activation, split by Integrated
+Gradients like an FF block, and its LayerNorm) and the unembedding column of the token:
+
+    logit_t = sum_j a_{j, t} + a_{bias, t},   a_{j, t} = multiplier * (p_j W_U[:, t]) * k
+
+with the soft-cap's factor k = softcap(z) / z (z the capped logit's input), which is what IG
+with a zero baseline gives for the scalar c tanh(z / c). Checked against the model's own
+logits. Where the logits are read: masked positions for a masked LM, each sequence's last
+real token (what comes next) for a causal LM.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from attnscope.analyses.mixing.layer_decomposition import layer_norm_parts
+from attnscope.core.canonical import CanonicalLayerNorm, PredictionHead
+
+BIAS_SOURCE = -1  # the `source` of the bias rows in prediction.tsv
+
+
+def prediction_positions(
+    input_ids: np.ndarray, mask: np.ndarray, mask_token_id: int | None
+) -> list[tuple[int, int]]:
+    """(row, position) pairs whose prediction is attributed: every [MASK] when
+    `mask_token_id` is given (masked LM), else each row's last real token (causal LM)."""
+    if mask_token_id is not None:
+        rows, positions = np.nonzero((input_ids == mask_token_id) & (mask > 0))
+        return list(zip(rows.tolist(), positions.tolist(), strict=True))
+    return [(row, int(length) - 1) for row, length in enumerate(mask.sum(1)) if length > 0]
+
+
+def _normed(parts, bias, ln: CanonicalLayerNorm | None):
+    """[P, m, d], [P, d] through a norm (scale from their sum), or unchanged."""
+    if ln is None:
+        return parts, bias
+    parts, bias = layer_norm_parts(parts[:, None], bias[:, None], ln)
+    return parts[:, 0], bias[:, 0]
+
+
+def logit_attribution(
+    parts: torch.Tensor,
+    bias: torch.Tensor,
+    final_ln: CanonicalLayerNorm | None,
+    head: PredictionHead,
+    columns: torch.Tensor,
+    ig_steps: int = 0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Split the logits of `columns` [P, k] (token ids) at P positions by source.
+
+    parts [P, m, d], bias [P, d]: the last residual state's split at those positions.
+    Returns (contributions [P, k, m], bias share [P, k]); their sum over m plus the bias
+    share is the logit.
+    """
+    parts, bias = _normed(parts, bias, final_ln)
+    if head.transform is not None:
+        lin = head.transform.linearise((parts.sum(1) + bias)[:, None], ig_steps)
+        c = lin.c[:, 0]  # [P, m_ff]
+        parts = lin.fold((parts @ lin.W_pre) * c[:, None]) @ lin.W_post
+        bias = lin.fold((bias @ lin.W_pre + lin.b_pre) * c) @ lin.W_post + lin.b_out
+    parts, bias = _normed(parts, bias, head.ln)
+    unembed = head.W_U.T[columns]  # [P, k, d]
+    contributions = torch.einsum("pmd,pkd->pkm", parts, unembed) * head.multiplier
+    bias_share = (torch.einsum("pd,pkd->pk", bias, unembed) + head.b_U[columns]) * head.multiplier
+    if head.softcap is not None:
+        z = contributions.sum(-1) + bias_share
+        factor = torch.where(z != 0, head.softcap * torch.tanh(z / head.softcap) / z, 1.0)
+        contributions, bias_share = contributions * factor[..., None], bias_share * factor
+    return contributions, bias_share
+
+
+def prediction_rows(
+    sequences: list[int],
+    positions: list[int],
+    input_ids: list[np.ndarray],
+    columns: np.ndarray,
+    contributions: np.ndarray,
+    bias_share: np.ndarray,
+    logits: np.ndarray,
+    token_of,
+) -> pd.DataFrame:
+    """Rows of prediction.tsv for P positions: one per visible source token and one for the
+    bias (`source` -1). columns [P, k] (predicted, then target and foil when a contrast is
+    set), contributions [P, k, m], bias_share [P, k], logits [P, k] the model's own."""
+    frames = []
+    located = zip(sequences, positions, input_ids, strict=True)
+    for p, (sequence, position, ids) in enumerate(located):
+        sources = np.arange(len(ids))
+        frame = pd.DataFrame(
+            {
+                "sequence": sequence,
+                "position": position,
+                "token": token_of(int(ids[position])),
+                "predicted": token_of(int(columns[p, 0])),
+                "logit": logits[p, 0],
+                "source": np.append(sources, BIAS_SOURCE),
+                "source_token": [*map(token_of, ids.tolist()), "<bias>"],
+                "contribution": np.append(contributions[p, 0, : len(ids)], bias_share[p, 0]),
+            }
+        )
+        if columns.shape[1] == 3:  # target - foil
+            difference = contributions[p, 1, : len(ids)] - contributions[p, 2, : len(ids)]
+            frame["contrast_logit"] = logits[p, 1] - logits[p, 2]
+            frame["contrast_contribution"] = np.append(
+                difference, bias_share[p, 1] - bias_share[p, 2]
+            )
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True)
+
+
+def contrast_ids(tokenizer, contrast: list[str]) -> tuple[int, int] | None:
+    """Token ids of the `contrast` setting [target, foil] (each must be one piece of the
+    model's vocabulary, e.g. " Paris" with its leading space for a byte-level BPE), or None
+    when it is empty."""
+    if not contrast:
+        return None
+    ids = []
+    for text in contrast:
+        pieces = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(pieces) != 1:
+            shown = tokenizer.convert_ids_to_tokens(pieces)
+            raise ValueError(
+                f"analyses.mixing.contrast: {text!r} is {len(pieces)} pieces {shown} for this "
+                "model's tokenizer; target and foil must each be one piece"
+            )
+        ids.append(pieces[0])
+    return ids[0], ids[1]

@@ -1,0 +1,57 @@
+"""The decomposition carried from the input tokens through the whole depth, rollout baselines
+and the prediction's attribution, of one model on one corpus."""
+
+from transformers import AutoTokenizer
+
+from attnscope.analyses.mixing.prediction import contrast_ids
+from attnscope.analyses.mixing.propagation_corpus import Prediction, analyse_depth
+from attnscope.architectures import prediction_head
+from attnscope.core.files import write_table
+from attnscope.core.store import HiddenStates, atomic_h5, open_store
+from attnscope.pipeline import runlog
+from attnscope.pipeline.models import open_model
+
+log = runlog.start(snakemake)
+params = snakemake.params
+output = snakemake.output
+loaded = open_model(
+    snakemake.input.manifest,
+    snakemake.config["device"],
+    log,
+    hidden_states=snakemake.input.hidden_states,
+    with_head=True,
+)
+tokenizer = AutoTokenizer.from_pretrained(loaded.manifest["path"])
+head = prediction_head(loaded.model)
+log.info("prediction head: %s", "none" if head is None else loaded.manifest["lm_head"])
+prediction = Prediction(
+    head=head,
+    mask_token_id=tokenizer.mask_token_id if loaded.manifest["lm_head"] == "masked" else None,
+    contrast=contrast_ids(tokenizer, params.contrast),
+    token_of=tokenizer.convert_ids_to_tokens,
+)
+with (
+    HiddenStates(snakemake.input.hidden_states) as store,
+    open_store(snakemake.input.maps, "mixing_compute") as layer_maps,
+    atomic_h5(output.propagated) as propagated,
+):
+    result = analyse_depth(
+        store,
+        loaded.weights,
+        loaded.model,
+        propagated,
+        layer_maps,
+        prediction,
+        batch_size=params.batch_size,
+        device=loaded.device,
+        ig_steps=params.ig_steps,
+        max_rel_residual=snakemake.config["analyses"]["mixing"]["max_rel_residual"],
+        maps_dtype=params.maps_dtype,
+        rollout_scopes=tuple(params.rollout_scopes),
+        log=log,
+    )
+write_table(result.mixing, output.propagated_mixing)
+write_table(result.rollout, output.rollout)
+write_table(result.prediction, output.prediction)
+write_table(result.check, output.propagation_check)
+log.info("wrote the propagation tables and %s", output.propagated)

@@ -1,0 +1,290 @@
+"""The decomposition carried through the whole depth: exactness on every architecture, known
+answers, rollout, the prediction's attribution and the corpus pass."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+
+from attnscope.analyses.mixing.corpus import ResidualLog
+from attnscope.analyses.mixing.layer_decomposition import closing_layer_norm, layer_stages
+from attnscope.analyses.mixing.prediction import logit_attribution
+from attnscope.analyses.mixing.propagation import carried_scope, propagate, token_split
+from attnscope.analyses.mixing.rollout import rollout_step
+from attnscope.architectures import architecture, canonical_weights, prediction_head
+from attnscope.core.attention import visible_pairs
+from attnscope.core.store import HiddenStates
+from conftest import CLASSIC, DECODERS, tiny_batch, tiny_model, write_tiny_store
+
+ENCODERS = ("bert", "roberta", "electra")
+
+
+def headed_model(family: str, dtype=torch.float32):
+    """A tiny model with its LM head (masked for encoders, causal otherwise); the logit
+    multipliers and soft-cap set away from 1 and infinity so that they are exercised."""
+    model = tiny_model(family, head="mlm" if family in ENCODERS else "causal").to(dtype)
+    config = model.config
+    if getattr(config, "final_logit_softcapping", None) is not None:
+        config.final_logit_softcapping = 0.3
+    if hasattr(config, "logits_scaling"):
+        config.logits_scaling = 3.0
+    if hasattr(model, "logit_scale"):  # Cohere's forward reads the copy on the model
+        model.logit_scale = 2.5
+    return model
+
+
+def carry(model, dtype=torch.float32, bound=1e-5):
+    """Propagate a tiny ragged batch: (states, last split, residual log, mask, inputs)."""
+    family = model.config.model_type
+    ids, mask = tiny_batch("roberta" if family == "roberta" else "bert")
+    arch = architecture(family)
+    inputs = arch.model_inputs(model, ids, mask, torch.zeros_like(ids))
+    states = [s.to(dtype) for s in arch.residual_states(model, inputs)]
+    log = ResidualLog(bound, None)
+    carried = []
+    with torch.no_grad():
+        last = propagate(
+            model,
+            canonical_weights(model),
+            lambda l: states[l],
+            mask,
+            0,
+            lambda l, stage, got, want: log.add(l, stage, got, want, mask),
+            lambda l, split: carried.append(split.total()),
+        )
+    return states, carried, last, log, mask, inputs
+
+
+def relative(got: torch.Tensor, want: torch.Tensor, mask: torch.Tensor) -> float:
+    real = mask.bool()
+    return float(((got - want)[real].norm(dim=-1) / want[real].norm(dim=-1)).max())
+
+
+def check_logits(model, last, mask, inputs, bound: float) -> None:
+    """The predicted, a target and a foil logit at each row's last token and the middle one
+    rebuilt from the parts, against the model's own logits."""
+    weights = canonical_weights(model)
+    rows = torch.tensor([0, 1, 2, 0])
+    positions = torch.cat([mask.sum(1) - 1, torch.tensor([3])])
+    with torch.no_grad():
+        logits = model(**inputs).logits[rows, positions]
+        columns = torch.cat(
+            [logits.argmax(-1, keepdim=True), torch.tensor([[7, 9]]).expand(4, 2)], dim=1
+        )
+        parts, bias = logit_attribution(
+            last.parts[rows, positions],
+            last.bias[rows, positions],
+            weights.final_ln,
+            prediction_head(model),
+            columns,
+        )
+    want = logits.gather(1, columns)
+    got = parts.sum(-1) + bias
+    assert float(((got - want).abs() / want.abs().clamp_min(logits.std())).max()) < bound
+    causal = weights.causal
+    for p, (row, position) in enumerate(zip(rows, positions, strict=True)):
+        later = parts[p, :, int(position) + 1 :] if causal else parts[p, :, int(mask[row].sum()) :]
+        assert later.numel() == 0 or float(later.abs().max()) == 0  # tokens it cannot see
+
+
+@pytest.mark.parametrize("family", [*CLASSIC, *DECODERS])
+def test_propagated_parts_rebuild_every_state_and_the_logit(family):
+    """Every layer's carried split sums to the stored state, every stage to the real module
+    output (checked inside the pass, 1e-5), and the head's parts to the model's logits."""
+    model = headed_model(family)
+    states, carried, last, log, mask, inputs = carry(model)
+    assert len(carried) == len(states) - 1
+    for l, total in enumerate(carried, start=1):
+        assert relative(total, states[l], mask) < 1e-5
+    assert (log.table()["max_rel"] < 1e-5).all()
+    check_logits(model, last, mask, inputs, 1e-5)
+
+
+@pytest.mark.parametrize("family", CLASSIC)
+def test_float64_propagation_is_exact(family):
+    """With a float64 model and states the carried split and the logits hold to 1e-12."""
+    model = headed_model(family, torch.float64)
+    states, carried, last, log, mask, inputs = carry(model, torch.float64, bound=1e-12)
+    for l, total in enumerate(carried, start=1):
+        assert relative(total, states[l], mask) < 1e-12
+    check_logits(model, last, mask, inputs, 1e-12)
+
+
+def test_one_layer_propagation_is_the_per_layer_map(family):
+    """Through one layer the token split is the per-layer split of X_0 (the mixing family's
+    head-factored route) at every stage, once b_V (and a pre-LN model's LN1 beta) is 0: the
+    per-layer split gives them to key j with f(x) (Kobayashi 2020), the carried one to the
+    bias, as no input token carries them. With them the stage totals still agree."""
+    model = tiny_model(family)
+    weights = canonical_weights(model)
+    states = architecture(family).residual_states(
+        model, {"input_ids": tiny_batch(family)[0], "attention_mask": tiny_batch(family)[1]}
+    )
+    mask = tiny_batch(family)[1]
+    closing = closing_layer_norm(weights.layers, weights.final_ln, 0)
+    first = weights.layers[0]
+    unbiased = replace(first, b_V=0 * first.b_V)
+    if first.pre_ln and first.ln_attn is not None:  # LN1's beta goes with token j there too
+        unbiased = replace(unbiased, ln_attn=replace(first.ln_attn, beta=0 * first.ln_attn.beta))
+    for layer in (first, unbiased):
+        with torch.no_grad():
+            split = token_split(states[0])
+            stages = {
+                s.scope: (s.parts.clone(), s.total())
+                for s in layer_stages(states[0], mask, layer, closing)
+            }
+            carried = {
+                s.scope: (s.parts.clone(), s.total())
+                for s in layer_stages(states[0], mask, layer, closing, carried=split)
+            }
+        for scope, (parts, total) in stages.items():
+            scale = float(total.abs().max())
+            assert float((carried[scope][1] - total).abs().max()) < 1e-5 * scale, scope
+            if layer is unbiased:
+                assert float((carried[scope][0] - parts).abs().max()) < 1e-5 * scale, scope
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_zeroed_blocks_pass_the_parts_through(family):
+    """With every attention and FF weight and bias set to 0, each layer adds nothing: the
+    carried parts stay the embedding output's token split and the bias stays 0."""
+    model = tiny_model(family)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ("attn" in name or "mlp" in name) and "norm" not in name:
+                p.zero_()
+    ids, mask = tiny_batch(family)
+    states = architecture(family).residual_states(model, {"input_ids": ids, "attention_mask": mask})
+    real = mask.bool()
+
+    def check(layer, stage, got, want):  # the blocks' outputs are exactly 0: absolute
+        assert float((got - want)[real].abs().max()) < 1e-6, (layer, stage)
+
+    with torch.no_grad():
+        last = propagate(model, canonical_weights(model), lambda l: states[l], mask, 0, check)
+    start = token_split(states[0])
+    real = mask.bool()
+    assert torch.equal(last.parts[real], start.parts[real])
+    assert float(last.bias[real].abs().max()) == 0
+
+
+def test_rollout_known_answers():
+    """Rollout of identity maps is the identity; of two maps, the product of their
+    row-normalised forms; rows that sum to 0 stay 0."""
+    eye = torch.eye(5).expand(2, 5, 5)
+    rolled = None
+    for _ in range(4):
+        rolled = rollout_step(rolled, 3 * eye)
+    assert torch.equal(rolled, eye.double())
+    g = torch.Generator().manual_seed(0)
+    first, second = torch.rand(2, 5, 5, generator=g), torch.rand(2, 5, 5, generator=g)
+    second[:, 4] = 0
+    expected = (second / second.sum(-1, keepdim=True).clamp_min(1e-30)) @ (
+        first / first.sum(-1, keepdim=True)
+    )
+    assert torch.allclose(rollout_step(rollout_step(None, first), second), expected.double())
+
+
+def run_depth(tmp_path, family: str, head: bool = True, mask_token_id: int | None = 4):
+    """The mixing pass and the propagated pass over a tiny store: (store path, model,
+    layer maps, propagated maps, result)."""
+    import h5py
+
+    from attnscope.analyses.mixing.corpus import analyse_corpus
+    from attnscope.analyses.mixing.propagation_corpus import Prediction, analyse_depth
+    from attnscope.core.store import atomic_h5
+
+    kind = "mlm" if family in ENCODERS else "causal"
+    path, model = write_tiny_store(tmp_path, family, head=kind if head else "base")
+    weights = canonical_weights(model)
+    settings = dict(batch_size=3, device="cpu", ig_steps=0, max_rel_residual=1e-4)
+    with HiddenStates(path) as store, atomic_h5(tmp_path / "maps.h5") as maps:
+        analyse_corpus(store, weights, model, maps, maps_dtype="float32", **settings)
+    prediction = Prediction(
+        head=prediction_head(model),
+        mask_token_id=mask_token_id if family in ENCODERS else None,
+        contrast=(7, 9),
+        token_of=lambda t: f"t{t}",
+    )
+    scopes = ("AttnRes-w", "AttnResLn", carried_scope(weights.layers[0].pre_ln))
+    with (
+        HiddenStates(path) as store,
+        h5py.File(tmp_path / "maps.h5", "r") as maps,
+        atomic_h5(tmp_path / "propagated.h5") as out,
+    ):
+        result = analyse_depth(
+            store,
+            weights,
+            model,
+            out,
+            maps,
+            prediction,
+            maps_dtype="float32",
+            rollout_scopes=scopes,
+            **settings,
+        )
+    return (
+        path,
+        model,
+        h5py.File(tmp_path / "maps.h5"),
+        h5py.File(tmp_path / "propagated.h5"),
+        result,
+    )
+
+
+def test_depth_corpus_tables(tmp_path, family):
+    """propagated.h5, the mixing ratio and bias share, rollout.tsv and prediction.tsv of the
+    corpus pass against independent recomputations (numpy, scipy, the model's logits)."""
+    from scipy.stats import spearmanr
+
+    path, model, maps, propagated, result = run_depth(tmp_path, family)
+    weights = canonical_weights(model)
+    n_layers = weights.n_layers
+    with HiddenStates(path) as store:
+        N, L = store.n_sequences, store.length
+        mask = torch.from_numpy(store.attention_mask.astype(np.int64))
+    visible = visible_pairs(mask, weights.causal).numpy()
+    layer_one = propagated["1"][()]
+    assert layer_one.shape == (N, L, L) and (layer_one[~visible] == 0).all()
+    table = result.mixing.set_index(["measure", "layer"])
+    assert table["mean"].between(0, 1).all() and len(table) == 2 * (n_layers + 1)
+    # rollout of AttnRes-w (attention rollout) against scipy's Spearman, sequence by sequence
+    rollout = result.rollout.set_index(["layer", "baseline"])["spearman"]
+    assert rollout.between(-1, 1).all()
+    for l in range(1, n_layers + 1):
+        rhos = []
+        for b in range(N):
+            rolled = np.eye(L)
+            for k in range(1, l + 1):
+                m = maps[f"AttnRes-w/{k}"][b].astype(np.float64)
+                rows = m.sum(1, keepdims=True)
+                rolled = np.divide(m, rows, out=np.zeros_like(m), where=rows > 0) @ rolled
+            p = propagated[f"{l}"][b].astype(np.float64)
+            p = p / np.where(p.sum(1, keepdims=True) > 0, p.sum(1, keepdims=True), 1)
+            rhos.append(spearmanr(rolled[visible[b]], p[visible[b]])[0])
+        assert rollout[(str(l), "rollout AttnRes-w")] == pytest.approx(np.mean(rhos), abs=1e-5)
+    # the prediction: the parts of each prediction sum to the model's logit
+    prediction = result.prediction
+    sums = prediction.groupby(["sequence", "position"])
+    totals = sums["contribution"].sum()
+    logits = sums["logit"].first()
+    assert np.allclose(totals, logits, atol=1e-4 * max(1.0, float(logits.abs().max())))
+    differences = sums["contrast_contribution"].sum()
+    assert np.allclose(differences, sums["contrast_logit"].first(), atol=1e-4)
+    check = result.check.set_index("stage")
+    assert {"Logit", "LogitDifference"} <= set(check.index) and (check["max_rel"] < 1e-5).all()
+    if not weights.causal:  # every "[MASK]" (id 4, at position 3 of each sequence)
+        assert list(totals.index) == [(b, 3) for b in range(N)]
+    else:  # each sequence's last token
+        assert list(totals.index.get_level_values("position")) == (mask.sum(1) - 1).tolist()
+
+
+def test_depth_without_a_head_says_not_applicable(tmp_path):
+    """A bare encoder (MiniLM's case): every propagated table, and a one-row prediction table
+    saying why there is none."""
+    *_, result = run_depth(tmp_path, "bert", head=False)
+    assert result.prediction["status"].tolist() == ["not applicable: no LM head"]
+    assert len(result.rollout) and len(result.mixing)
