@@ -262,12 +262,12 @@ def train_bpe_tokenizer(folder: Path, vocab_size: int = 600):
 
 
 def write_tiny_decoder_folder(folder: Path, model_type: str, seed: int = 0) -> Path:
-    """A tiny random decoder of `model_type` (`tiny_decoder_config`, 512 positions) with the
+    """A tiny random decoder of `model_type` (`tiny_config`, 512 positions) with the
     BPE tokenizer, saved like a local model folder, its norm weights and biases randomised."""
     from transformers import AutoModelForCausalLM
 
     tokenizer = train_bpe_tokenizer(folder)
-    config = tiny_decoder_config(model_type)
+    config = tiny_config(model_type)  # a rotary decoder type, or gpt2
     config.vocab_size = len(tokenizer)
     config.max_position_embeddings = 512
     for name in ("pad_token_id", "bos_token_id", "eos_token_id"):

