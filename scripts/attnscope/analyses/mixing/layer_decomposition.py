@@ -45,6 +45,10 @@ are mixed from them (`HeadFactors`): n^2 H d_ff instead of n^2 d d_ff multiply-a
 remains is the product of every part with W_out, n^2 d_ff d, which no factorisation avoids:
 each part's FF vector depends on its own query's IG coefficients.
 
+The same stages carry any split of X into parts of other sources (`Carried`, e.g. the input
+tokens carried through the whole depth by `propagation`): attention then mixes every part
+through W_V W_O (`carried_attention`) and the FF reads the parts without head factors.
+
 Memory: at most three [B, n, n, d] tensors at once; the FF is applied to a chunk of queries at
 a time, so the [B, n, chunk, d_ff] pre-activation parts stay under `FF_CHUNK_ELEMENTS`.
 """

@@ -25,6 +25,7 @@ from collections.abc import Callable
 
 import torch
 
+from attnscope.analyses.mixing.corpus import COMPLETENESS
 from attnscope.analyses.mixing.layer_decomposition import (
     Carried,
     closing_layer_norm,
@@ -33,8 +34,6 @@ from attnscope.analyses.mixing.layer_decomposition import (
 )
 from attnscope.architectures import architecture
 from attnscope.core.canonical import CanonicalModel
-
-COMPLETENESS = "FfCompleteness"
 
 
 def carried_scope(pre_ln: bool) -> str:
