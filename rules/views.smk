@@ -38,5 +38,6 @@ rule views_pages:
         scopes=VIEWS["scopes"],
         ig_steps=VIEWS["ig_steps"],
         top_k=VIEWS["top_k"],
+        contrast=config["analyses"]["mixing"]["contrast"],
     script:
         "../scripts/views_pages.py"

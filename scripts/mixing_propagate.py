@@ -3,9 +3,7 @@ and the prediction's attribution, of one model on one corpus."""
 
 from transformers import AutoTokenizer
 
-from attnscope.analyses.mixing.prediction import contrast_ids
 from attnscope.analyses.mixing.propagation_corpus import Prediction, analyse_depth
-from attnscope.architectures import prediction_head
 from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates, atomic_h5, open_store
 from attnscope.pipeline import runlog
@@ -22,14 +20,8 @@ loaded = open_model(
     with_head=True,
 )
 tokenizer = AutoTokenizer.from_pretrained(loaded.manifest["path"])
-head = prediction_head(loaded.model)
-log.info("prediction head: %s", "none" if head is None else loaded.manifest["lm_head"])
-prediction = Prediction(
-    head=head,
-    mask_token_id=tokenizer.mask_token_id if loaded.manifest["lm_head"] == "masked" else None,
-    contrast=contrast_ids(tokenizer, params.contrast),
-    token_of=tokenizer.convert_ids_to_tokens,
-)
+prediction = Prediction.of(loaded.model, loaded.manifest, tokenizer, params.contrast)
+log.info("prediction head: %s", "none" if prediction.head is None else loaded.manifest["lm_head"])
 with (
     HiddenStates(snakemake.input.hidden_states) as store,
     open_store(snakemake.input.maps, "mixing_compute") as layer_maps,

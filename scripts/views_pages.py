@@ -2,6 +2,7 @@
 
 from transformers import AutoTokenizer
 
+from attnscope.analyses.mixing.propagation_corpus import Prediction
 from attnscope.analyses.views.page import render_index, render_page
 from attnscope.analyses.views.payload import sequence_page
 from attnscope.core.files import atomic_folder
@@ -17,8 +18,10 @@ loaded = open_model(
     snakemake.config["device"],
     log,
     hidden_states=snakemake.input.hidden_states,
+    with_head=params.scopes,  # the prediction row comes with the propagated scope
 )
 tokenizer = AutoTokenizer.from_pretrained(loaded.manifest["path"])
+prediction = Prediction.of(loaded.model, loaded.manifest, tokenizer, params.contrast)
 with (
     HiddenStates(snakemake.input.hidden_states) as store,
     atomic_folder(snakemake.output[0]) as out,
@@ -46,6 +49,7 @@ with (
             max_rel_residual=snakemake.config["analyses"]["mixing"]["max_rel_residual"],  # a bound
             device=loaded.device,
             log=log,
+            prediction=prediction,
         )
         file = f"sequence_{index:04d}.html"
         text = render_page(page, f"{model_name} / {corpus} / sequence {index}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -280,3 +281,62 @@ def write_tiny_decoder_folder(folder: Path, model_type: str, seed: int = 0) -> P
                 p.add_(0.1 * torch.randn_like(p))
     model.save_pretrained(folder)
     return folder
+
+
+# ---- the views in a real browser (tests/test_views.py, tests/test_notebook.py) -------------
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+INSTALL = "install Debian's chromium (apt-get install chromium) to run the browser tests"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if CHROMIUM is None:
+        pytest.skip(f"no chromium: {INSTALL}")
+    playwright = pytest.importorskip("playwright.sync_api")
+    with playwright.sync_playwright() as p:
+        chromium = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync"],
+        )  # fmt: skip
+        yield chromium
+        chromium.close()
+
+
+class Opened:
+    """A page opened offline: every request but its own file is refused and recorded."""
+
+    def __init__(self, browser, path: Path):
+        self.context = browser.new_context(
+            accept_downloads=True, viewport={"width": 1400, "height": 900}
+        )
+        self.url = path.resolve().as_uri()
+        self.requests, self.errors = [], []
+        self.context.route("**/*", self._route)
+        self.page = self.context.new_page()
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.goto(self.url)
+        self.page.wait_for_selector("body[data-ready='1']", timeout=20000)
+
+    def _route(self, route):
+        self.requests.append(route.request.url)
+        if route.request.url == self.url:
+            route.continue_()
+        else:
+            route.abort()
+
+    def lines(self) -> int:
+        return int(self.page.get_attribute("#head-svg", "data-lines"))
+
+    def choose(self, selector: str, value: str) -> None:
+        self.page.select_option(selector, value)
+
+    def threshold(self, value: str) -> None:
+        self.page.fill("#threshold", value)
+        self.page.dispatch_event("#threshold", "change")
+
+    def close(self):
+        self.context.close()

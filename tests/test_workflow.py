@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from attnscope.analyses.views.page import read_page
 from attnscope.core.files import sha256_of
 
 ROOT = Path(__file__).parents[1]
@@ -93,6 +94,7 @@ def tiny_model_dir(tmp_path_factory):
 def tiny_run(tiny_model_dir, tmp_path_factory):
     workdir = tmp_path_factory.mktemp("tiny-run")
     config = small_config({"tiny": {"source": "path", "path": str(tiny_model_dir)}})
+    config["analyses"]["views"]["corpora"].append("wiki_masked")  # the MLM's prediction row
     result = snakemake(workdir, config)
     assert result.returncode == 0, result.stderr[-5000:]
     return workdir, config
@@ -121,6 +123,27 @@ def test_tiny_workflow_runs_every_rule(tiny_run):
         "not applicable: learned position embeddings (no rotary bands)"
     ]
     check_depth_outputs(mixing, n_layers=2, causal=False)
+    # the pages' prediction rows: every [MASK] of the sequence, split as in prediction.tsv
+    prediction = pd.read_csv(mixing / "prediction.tsv", sep="\t", keep_default_na=False)
+    with h5py.File(workdir / "results/tiny/wiki_masked/hidden_states.h5", "r") as f:
+        ids, lengths = f["input_ids"][()], f["attention_mask"][()].sum(1)
+    from transformers import AutoTokenizer
+
+    mask_id = AutoTokenizer.from_pretrained(config["models"]["tiny"]["path"]).mask_token_id
+    pages = sorted((mixing.parent / "views").glob("sequence_*.html"))
+    assert len(pages) == 2 and (ids == mask_id).any()
+    for sequence, path in enumerate(pages):
+        header, arrays = read_page(path.read_text())
+        masked = np.flatnonzero(ids[sequence, : lengths[sequence]] == mask_id).tolist()
+        if not masked:
+            assert header["prediction"]["reason"] == "no [MASK] in this sequence to predict"
+            continue
+        assert header["prediction"]["positions"] == masked
+        for at, position in enumerate(masked):
+            rows = prediction[(prediction.sequence == sequence) & (prediction.position == position)]
+            want = rows[rows.source >= 0].contribution.to_numpy()
+            got = arrays["prediction/logit"][at]
+            np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * np.abs(want).max())
 
 
 def check_depth_outputs(mixing: Path, n_layers: int, causal: bool) -> None:
@@ -225,14 +248,21 @@ def test_decoders_carry_the_decomposition_to_the_next_token(decoder_run):
             lengths = f["attention_mask"][()].sum(1)
         positions = prediction.groupby("sequence")["position"].first()
         assert positions.tolist() == (lengths - 1).tolist()
+        # the page's prediction row is the table's split of the same logit
+        header, arrays = read_page((mixing.parent / "views/sequence_0002.html").read_text())
+        rows = prediction[(prediction.sequence == 2) & (prediction.source >= 0)]
+        assert header["prediction"]["positions"] == [lengths[2] - 1]
+        assert header["prediction"]["logit"][0] == pytest.approx(rows.logit.iloc[0], rel=1e-4)
+        want = rows.contribution.to_numpy()
+        np.testing.assert_allclose(
+            arrays["prediction/logit"][0], want, rtol=1e-3, atol=1e-4 * np.abs(want).max()
+        )
 
 
 def test_views_pages_hold_the_stores_and_tables_values(tiny_run):
     """The configured pages exist and are listed; a page's head-summed norms are the norms
     family's attn_n_maps.h5, and its tokens are the store's."""
     from transformers import AutoTokenizer
-
-    from attnscope.analyses.views.page import read_page
 
     workdir, config = tiny_run
     views = workdir / "results/tiny/wiki/views"
@@ -251,6 +281,7 @@ def test_views_pages_hold_the_stores_and_tables_values(tiny_run):
     pieces = tokenizer.convert_ids_to_tokens(ids[:n].tolist())
     readable = [tokenizer.convert_tokens_to_string([p]).strip() or p for p in pieces]
     assert header["tokens"] == readable and header["tokens"][0] == "[CLS]"
+    assert header["prediction"] == {"reason": "no [MASK] in this sequence to predict"}
     with h5py.File(workdir / "results/tiny/wiki/norms/attn_n_maps.h5", "r") as f:
         for layer in range(1, header["layers"] + 1):
             maps = f[f"maps/{layer}"][2, :n, :n]

@@ -116,15 +116,18 @@ class HiddenStates:
     ) -> Iterator[Batch]:
         """Batches of layer `layer`'s input X_l over the first `limit` sequences (all if None)."""
         for start, stop, n in batch_spans(self.lengths, batch_size, limit):
-            X = torch.from_numpy(self.hidden(layer, start, stop)[:, :n]).to(device)
-            yield Batch(
-                start=start,
-                stop=stop,
-                X=X,
-                mask=torch.from_numpy(self.attention_mask[start:stop, :n].astype(np.int64)).to(
-                    device
-                ),
-                input_ids=self.input_ids[start:stop, :n],
-                category=self.category[start:stop, :n],
-                word_ids=self.word_ids[start:stop, :n],
-            )
+            yield self.batch(layer, start, stop, n, device)
+
+    def batch(self, layer: int, start: int, stop: int, n: int, device: str = "cpu") -> Batch:
+        """Sequences [start, stop) of layer `layer`'s input X_l, trimmed to n pieces."""
+        X = torch.from_numpy(self.hidden(layer, start, stop)[:, :n]).to(device)
+        mask = torch.from_numpy(self.attention_mask[start:stop, :n].astype(np.int64))
+        return Batch(
+            start=start,
+            stop=stop,
+            X=X,
+            mask=mask.to(device),
+            input_ids=self.input_ids[start:stop, :n],
+            category=self.category[start:stop, :n],
+            word_ids=self.word_ids[start:stop, :n],
+        )

@@ -21,6 +21,7 @@ import torch
 
 from attnscope.analyses.mixing.corpus import ResidualLog
 from attnscope.analyses.mixing.prediction import (
+    contrast_ids,
     logit_attribution,
     prediction_positions,
     prediction_rows,
@@ -33,7 +34,7 @@ from attnscope.analyses.mixing.propagation import (
 )
 from attnscope.analyses.mixing.rollout import RolloutRSA, rollout_step
 from attnscope.analyses.mixing.statistics import MixingRatios, vector_mixing_ratio
-from attnscope.architectures import architecture
+from attnscope.architectures import architecture, prediction_head
 from attnscope.core.attention import visible_pairs
 from attnscope.core.canonical import CanonicalModel, PredictionHead
 from attnscope.core.store import HiddenStates
@@ -54,6 +55,17 @@ class Prediction:
     mask_token_id: int | None
     contrast: tuple[int, int] | None
     token_of: Callable[[int], str]
+
+    @classmethod
+    def of(cls, model, manifest: dict, tokenizer, contrast: list[str]) -> Prediction:
+        """What a model loaded with its head (`open_model(with_head=True)`) predicts, with
+        the `contrast` setting [target, foil] (empty: none)."""
+        return cls(
+            head=prediction_head(model),
+            mask_token_id=tokenizer.mask_token_id if manifest["lm_head"] == "masked" else None,
+            contrast=contrast_ids(tokenizer, contrast),
+            token_of=tokenizer.convert_ids_to_tokens,
+        )
 
 
 @dataclass
@@ -79,7 +91,22 @@ def model_logits(model, store: HiddenStates, batch) -> torch.Tensor:
         return model(**inputs).logits.float()
 
 
-def attribute_prediction(
+@dataclass
+class Attribution:
+    """The logits of P positions split by input token: `rows` and `positions` in the batch,
+    `columns` [P, k] the token ids (predicted, then target and foil when a contrast is set),
+    `contributions` [P, k, n] per input token, `bias` [P, k] the bias part, `logits` [P, k]
+    the model's own (parts + bias = logits, checked)."""
+
+    rows: list[int]
+    positions: list[int]
+    columns: np.ndarray
+    contributions: np.ndarray
+    bias: np.ndarray
+    logits: np.ndarray
+
+
+def attribute(
     model,
     weights: CanonicalModel,
     store: HiddenStates,
@@ -88,11 +115,10 @@ def attribute_prediction(
     prediction: Prediction,
     ig_steps: int,
     residuals: ResidualLog,
-) -> pd.DataFrame | None:
-    """prediction.tsv rows of one batch (None when it has no position to attribute): the
-    model's top token at each position (and target and foil), split by input token and
-    checked against the model's logits (relative to |logit|, at least the spread of the
-    position's logits)."""
+) -> Attribution | None:
+    """Split the model's top token at each predicted position of a batch (and target and
+    foil) by input token (None when the batch has no position to attribute), checked against
+    the model's logits: relative to |logit|, at least the spread of the position's logits."""
     mask = batch.mask.cpu().numpy()
     where = prediction_positions(batch.input_ids, mask, prediction.mask_token_id)
     if not where:
@@ -122,15 +148,39 @@ def attribute_prediction(
         error = (value - want).abs()
         scale = torch.maximum(want.abs(), spread)
         residuals.record(weights.n_layers, stage, float(error.max()), float((error / scale).max()))
-    lengths = mask.sum(1)
+    return Attribution(
+        rows=[r for r, _ in where],
+        positions=[p for _, p in where],
+        columns=columns.cpu().numpy(),
+        contributions=contributions.cpu().numpy(),
+        bias=bias_part.cpu().numpy(),
+        logits=real.cpu().numpy(),
+    )
+
+
+def attribute_prediction(
+    model,
+    weights: CanonicalModel,
+    store: HiddenStates,
+    batch,
+    carried: Carried,
+    prediction: Prediction,
+    ig_steps: int,
+    residuals: ResidualLog,
+) -> pd.DataFrame | None:
+    """prediction.tsv rows of one batch (`attribute`), None when it has nothing to predict."""
+    found = attribute(model, weights, store, batch, carried, prediction, ig_steps, residuals)
+    if found is None:
+        return None
+    lengths = batch.mask.sum(1).cpu().numpy()
     return prediction_rows(
-        [batch.start + r for r, _ in where],
-        [p for _, p in where],
-        [batch.input_ids[r, : lengths[r]] for r, _ in where],
-        columns.cpu().numpy(),
-        contributions.cpu().numpy(),
-        bias_part.cpu().numpy(),
-        real.cpu().numpy(),
+        [batch.start + r for r in found.rows],
+        found.positions,
+        [batch.input_ids[r, : lengths[r]] for r in found.rows],
+        found.columns,
+        found.contributions,
+        found.bias,
+        found.logits,
         prediction.token_of,
     )
 

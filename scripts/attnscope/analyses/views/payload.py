@@ -13,6 +13,13 @@ For a sequence of n real pieces, per layer l (1-based, as in every table) and he
                                             ||p_{l, i<-j}||, input token j's part of the
                                             state after layer l, carried through the depth)
 
+and, when `scopes` is on and the model has an LM head, the prediction at P positions (every
+[MASK] of a masked LM, the last piece of a causal LM; `header["prediction"]` names them):
+
+    prediction/logit    [P, n]     float32  input token j's part of the predicted logit
+    prediction/contrast [P, n]     float32  its part of logit(target) - logit(foil), when the
+                                            mixing family's `contrast` is set
+
 The weights are exact in the page up to the float16 rounding of q and k; `alpha_max_error` in
 the header is the largest |alpha_page - alpha| of the sequence, measured here. Every vector
 scope is checked against the real module output, as in the mixing family.
@@ -28,7 +35,8 @@ import torch
 
 from attnscope.analyses.mixing.corpus import ResidualLog, layer_scope_maps
 from attnscope.analyses.mixing.layer_decomposition import VECTOR_SCOPES
-from attnscope.analyses.mixing.propagation import contribution_norms, propagate
+from attnscope.analyses.mixing.propagation import Carried, contribution_norms, propagate
+from attnscope.analyses.mixing.propagation_corpus import Prediction, attribute
 from attnscope.analyses.mixing.rollout import PROPAGATED
 from attnscope.analyses.norms.summed_norms import head_summed_norms
 from attnscope.core.attention import (
@@ -92,8 +100,10 @@ def sequence_page(
     max_rel_residual: float,
     device: str = "cpu",
     log: logging.Logger | None = None,
+    prediction: Prediction | None = None,
 ) -> Page:
-    """The page of sequence `index` of `store` (0-based)."""
+    """The page of sequence `index` of `store` (0-based); the prediction row needs `scopes`
+    and a `prediction` whose model has an LM head (`model` loaded with it)."""
     n = int(store.lengths[index])
     ids = store.input_ids[index, :n]
     category = store.category[index, :n]
@@ -156,8 +166,11 @@ def sequence_page(
             keys, values = top_k_rows(maps[scope][0], top_k)
             page.arrays[f"{scope}/{l + 1}/key"] = keys
             page.arrays[f"{scope}/{l + 1}/value"] = values
+    page.header["prediction"] = {"reason": "the views' `scopes` setting is off"}
     if scopes:  # the decomposition carried from the input tokens through every layer
-        add_propagated(page, store, index, weights, model, ig_steps, top_k, residuals, device)
+        settings = (ig_steps, top_k, residuals, device)
+        last = add_propagated(page, store, index, weights, model, *settings)
+        add_prediction(page, store, index, model, weights, last, prediction, ig_steps, residuals)
     page.header["alpha_max_error"] = alpha_error
     page.header["max_rel_residual"] = float(residuals.table()["max_rel"].max()) if scopes else None
     return page
@@ -166,7 +179,7 @@ def sequence_page(
 def add_propagated(page, store, index, weights, model, ig_steps, top_k, residuals, device):
     """`Propagated/{l}/key|value`: the top-k input tokens j of ||p_{l, i<-j}|| per token i,
     the split carried from the embeddings (`propagation.propagate`, checked like the mixing
-    family's)."""
+    family's). Returns the last state's split."""
     n = page.header["n"]
     mask = torch.ones(1, n, dtype=torch.long, device=device)
     exact = store.attrs.get("dtype", "float32") == "float32"
@@ -183,7 +196,7 @@ def add_propagated(page, store, index, weights, model, ig_steps, top_k, residual
         page.arrays[f"{PROPAGATED}/{l}/value"] = values
 
     with torch.no_grad():
-        propagate(
+        return propagate(
             model,
             weights,
             state,
@@ -192,6 +205,52 @@ def add_propagated(page, store, index, weights, model, ig_steps, top_k, residual
             lambda l, stage, got, want: residuals.add(l, f"{PROPAGATED} {stage}", got, want, mask),
             keep,
         )
+
+
+def add_prediction(
+    page: Page,
+    store: HiddenStates,
+    index: int,
+    model,
+    weights: CanonicalModel,
+    last: Carried,
+    prediction: Prediction | None,
+    ig_steps: int,
+    residuals: ResidualLog,
+) -> None:
+    """`prediction/logit` (and `prediction/contrast`) [P, n] and `header["prediction"]`: the
+    last state's split pushed through the LM head (`propagation_corpus.attribute`, checked
+    against the model's logits), or the reason there is none."""
+    if prediction is None or prediction.head is None:
+        page.header["prediction"] = {"reason": "the model has no LM head"}
+        return
+    n = page.header["n"]
+    batch = store.batch(0, index, index + 1, n, str(last.parts.device))
+    with torch.no_grad():
+        found = attribute(model, weights, store, batch, last, prediction, ig_steps, residuals)
+    if found is None:
+        page.header["prediction"] = {"reason": "no [MASK] in this sequence to predict"}
+        return
+    token_of = prediction.token_of
+    page.arrays["prediction/logit"] = found.contributions[:, 0, :n].astype("f4")
+    page.header["prediction"] = {
+        "kind": "masked" if prediction.mask_token_id is not None else "next",
+        "positions": found.positions,
+        "token": [page.header["tokens"][p] for p in found.positions],
+        "predicted": [token_of(int(c)) for c in found.columns[:, 0]],
+        "logit": found.logits[:, 0].tolist(),
+        "bias": found.bias[:, 0].tolist(),
+        "contrast": None,
+    }
+    if prediction.contrast is not None:
+        difference = found.contributions[:, 1, :n] - found.contributions[:, 2, :n]
+        page.arrays["prediction/contrast"] = difference.astype("f4")
+        page.header["prediction"]["contrast"] = {
+            "target": token_of(prediction.contrast[0]),
+            "foil": token_of(prediction.contrast[1]),
+            "logit": (found.logits[:, 1] - found.logits[:, 2]).tolist(),
+            "bias": (found.bias[:, 1] - found.bias[:, 2]).tolist(),
+        }
 
 
 def page_alpha(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor, layer) -> torch.Tensor:

@@ -10,6 +10,7 @@ const SVG_NS = "http://www.w3.org/2000/svg";
 const state = {
   view: "head", source: "weights", layer: 1, level: "pieces", filter: "all", topk: 5,
   threshold: 0.01, heads: new Set([...Array(H).keys()]), focus: null, neuronHead: 0, query: 1,
+  predictionIndex: 0, predictionMeasure: "logit",
 };
 let arrays = null;
 const cache = new Map();
@@ -380,6 +381,52 @@ function renderNeuron() {
   column("softmax", bars);
 }
 
+// ---- prediction -------------------------------------------------------------------------
+
+// Each input token's part of the prediction at one position (header.prediction, arrays
+// prediction/logit and prediction/contrast [P, N]), shaded red > 0 > blue by |part| / max.
+function renderPrediction() {
+  const p = header.prediction;
+  if (!p.positions) {
+    $("prediction-caption").textContent = `Prediction: not available (${p.reason}).`;
+    $("prediction").querySelectorAll("label").forEach((l) => { l.hidden = true; });
+    return;
+  }
+  const at = state.predictionIndex, contrast = state.predictionMeasure === "contrast";
+  const parts = arrays[contrast ? "prediction/contrast" : "prediction/logit"].subarray(at * N, (at + 1) * N);
+  const visible = header.causal ? p.positions[at] + 1 : N;
+  let max = 0;
+  for (let j = 0; j < visible; j++) max = Math.max(max, Math.abs(parts[j]));
+  const row = $("prediction-row");
+  row.innerHTML = "";
+  for (let j = 0; j < visible; j++) {
+    const span = document.createElement("span");
+    span.textContent = header.tokens[j];
+    span.style.background = diverging(parts[j] / (max || 1));
+    span.dataset.index = j;
+    span.dataset.value = parts[j];
+    span.title = `${header.tokens[j]}: ${parts[j].toFixed(3)}`;
+    if (j === p.positions[at]) span.classList.add("predicted");
+    row.appendChild(span);
+  }
+  const total = contrast ? p.contrast.logit[at] : p.logit[at], bias = contrast ? p.contrast.bias[at] : p.bias[at];
+  const what = contrast ? `logit(${p.contrast.target}) − logit(${p.contrast.foil})` : `logit of ${p.predicted[at]}`;
+  $("prediction-caption").textContent = `${what} = ${total.toFixed(3)}: each input token's part ` +
+    `(red > 0 > blue, largest |part| ${max.toPrecision(3)}), plus the bias part ${bias.toFixed(3)}.`;
+}
+
+function wirePrediction() {
+  const p = header.prediction;
+  if (!p.positions) return;
+  const where = p.kind === "masked" ? "masked piece at" : "next piece after";
+  p.positions.forEach((position, at) =>
+    $("prediction-position").add(new Option(`${where} ${position} (${p.token[at]}): ${p.predicted[at]}`, `${at}`)));
+  $("prediction-measure").add(new Option("predicted logit", "logit"));
+  if (p.contrast) $("prediction-measure").add(new Option(`${p.contrast.target} − ${p.contrast.foil}`, "contrast"));
+  $("prediction-position").addEventListener("change", (e) => { state.predictionIndex = +e.target.value; renderPrediction(); });
+  $("prediction-measure").addEventListener("change", (e) => { state.predictionMeasure = e.target.value; renderPrediction(); });
+}
+
 // ---- page -------------------------------------------------------------------------------
 
 function legend() {
@@ -521,6 +568,8 @@ async function main() {
   $("info").textContent = `${header.model_type} \u00b7 sequence ${header.sequence} \u00b7 ${N} pieces \u00b7 ` +
     `${L} layers \u00d7 ${H} heads \u00b7 weights recomputed in the page from float16 q, k (largest |\u0394\u03b1| ${error})`;
   wire();
+  wirePrediction();
+  renderPrediction();
   render();
   window.attnscope.firstPaintMs = performance.now();
   document.body.dataset.ready = "1";
