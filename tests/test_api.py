@@ -1,0 +1,142 @@
+"""The notebook API (attnscope.load, view, decompose, norms, head_statistics) and the package:
+the same results as the models' own outputs, from the installed package and from a wheel."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import attnscope
+from attnscope.analyses.views.page import read_page
+from conftest import write_tiny_decoder_folder
+
+ROOT = Path(__file__).parents[1]
+PAIR = ["The cat sat on the mat.", "It slept."]
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return attnscope.load()
+
+
+def stored_states(model, text) -> list[np.ndarray]:
+    """The hidden states of one text as the workflow stores them: [L + 1] x [n, d]."""
+    with attnscope.states(model, [text]) as store:
+        n = int(store.lengths[0])
+        return [store.hidden(l, 0, 1)[0, :n] for l in range(store.n_layers + 1)]
+
+
+def test_decompose_rebuilds_every_layer_and_keeps_its_norms(minilm):
+    parts = attnscope.decompose(minilm, PAIR, vectors=True)
+    states = stored_states(minilm, PAIR)
+    L, n = minilm.weights.n_layers, len(states[0])
+    assert parts.tokens[0] == "[CLS]" and len(parts.tokens) == n
+    assert parts.check["max_rel"].max() < 1e-4
+    for scope in ("AttnResLnFfResLn", "Propagated"):  # both end at the next hidden state
+        assert parts.vectors[scope].shape == (L, n, n, states[0].shape[1])
+        for l in range(L):
+            rebuilt = parts.vectors[scope][l].sum(1) + parts.bias[scope][l]
+            scale = np.abs(states[l + 1]).max()
+            assert np.abs(rebuilt - states[l + 1]).max() < 1e-4 * scale
+    for scope, vectors in parts.vectors.items():
+        np.testing.assert_allclose(
+            parts.maps[scope], np.linalg.norm(vectors, axis=-1), rtol=1e-5, atol=1e-6
+        )
+    with pytest.raises(ValueError, match="unknown scopes"):
+        attnscope.decompose(minilm, "A cat.", scopes=("AttnResLnFf", "Everything"))
+
+
+def test_norms_are_the_models_attention_times_the_value_norms(minilm):
+    found = attnscope.norms(minilm, "The cat sat on the mat.")
+    ids = minilm.tokenizer("The cat sat on the mat.", return_tensors="pt")
+    with torch.no_grad():
+        attentions = minilm.module(**ids, output_attentions=True).attentions
+    L, H, n = len(attentions), minilm.weights.n_heads, ids["input_ids"].shape[1]
+    assert found.alpha.shape == found.norms.shape == (L, H, n, n)
+    assert found.summed.shape == (L, n, n) and found.fx.shape == (L, H, n)
+    for l in range(L):
+        np.testing.assert_allclose(found.alpha[l], attentions[l][0].numpy(), atol=1e-5)
+    np.testing.assert_allclose(found.norms, found.alpha * found.fx[:, :, None, :], rtol=1e-6)
+    # the head-summed norm is the mixing family's Attn scope (another code path)
+    attn = attnscope.decompose(minilm, "The cat sat on the mat.", scopes=("Attn",)).maps["Attn"]
+    np.testing.assert_allclose(found.summed, attn, rtol=1e-4, atol=1e-6)
+    # ||sum_h|| <= sum_h ||.||: the triangle inequality
+    assert (found.summed <= found.norms.sum(1) * (1 + 1e-5) + 1e-7).all()
+
+
+def test_head_statistics_cover_every_head(minilm):
+    heads, layers = attnscope.head_statistics(minilm, ["The cat sat on the mat.", PAIR])
+    L, H = minilm.weights.n_layers, minilm.weights.n_heads
+    assert len(heads) == L * H and len(layers) == L
+    shares = heads[["prev", "self", "next", "cls", "sep", "punct"]]
+    assert ((shares >= 0) & (shares <= 1)).all().all()
+
+
+def test_view_is_the_pages_page(minilm):
+    page = attnscope.view(minilm, PAIR)
+    header, arrays = read_page(page.html)
+    assert header["tokens"][:3] == ["[CLS]", "the", "cat"] and header["layers"] == 6
+    assert "Propagated" in header["scopes"] and f"q/{header['layers']}" in arrays
+    assert header["prediction"] == {"reason": "the model has no LM head"}
+    assert page._repr_html_().startswith("<iframe srcdoc=")
+
+
+def test_a_decoder_with_its_head_views_its_next_token(tmp_path):
+    folder = write_tiny_decoder_folder(tmp_path / "llama", "llama")
+    model = attnscope.load(folder)
+    assert model.lm_head == "causal" and model.weights.causal
+    header, arrays = read_page(attnscope.view(model, "The cat sat on the mat.").html)
+    n = header["n"]
+    assert header["prediction"]["positions"] == [n - 1]
+    parts = attnscope.decompose(model, "The cat sat on the mat.", scopes=("Propagated",))
+    later = np.triu(parts.maps["Propagated"], k=1)
+    assert parts.maps["Propagated"].shape == (2, n, n) and (later == 0).all()
+    assert parts.check["max_rel"].max() < 1e-4 and arrays["prediction/logit"].shape == (1, n)
+
+
+def test_import_is_light_and_the_api_is_lazy():
+    code = "import sys, attnscope; assert 'torch' not in sys.modules; attnscope.view; print('ok')"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        attnscope.nothing  # noqa: B018
+
+
+def test_a_wheel_installs_a_package_that_works_in_a_fresh_venv(tmp_path):
+    """`pip wheel .` holds the viewer's files; installed in a fresh venv (dependencies from this
+    one by a path entry, not its editable attnscope), it renders MiniLM's page."""
+    source, wheels = tmp_path / "source", tmp_path / "wheels"  # setuptools writes build/ there
+    shutil.copytree(ROOT / "scripts/attnscope", source / "scripts/attnscope")
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    build = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+    done = subprocess.run([*build, "-w", wheels, source], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (wheel,) = wheels.glob("attnscope-*.whl")
+    import zipfile
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert {"attnscope/api.py", "attnscope/analyses/views/viewer.js"} <= names
+    fresh = tmp_path / "fresh"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", fresh], check=True)
+    site = next((fresh / "lib").glob("python3*/site-packages"))
+    (site / "dependencies.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    install = [sys.executable, "-m", "pip", "install", "--no-deps", "--target", site, wheel]
+    done = subprocess.run(install, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    code = (
+        "import attnscope; print(attnscope.__file__); "
+        "print(len(attnscope.view(attnscope.load(), 'The cat sat.').html))"
+    )
+    python = fresh / "bin" / "python"
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    where, size = done.stdout.split()[-2:]
+    assert Path(where).is_relative_to(site) and int(size) > 10_000
