@@ -674,3 +674,20 @@ def test_paper_config_plans_every_family(tmp_path):
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     rules = scheduled_rules(result)
     assert {"mixing_compute", "probing_probe", "views_pages", "position_corpus"} <= rules
+
+
+def test_a_rules_script_reruns_on_its_own_for_debugging(tmp_path, tiny_model_dir):
+    """The README's recipe: `--skip-script-cleanup` keeps the script Snakemake ran, with the
+    job's inputs, outputs and params in its preamble; plain `python` (or `python -m pdb`)
+    reruns it without Snakemake and writes the same table."""
+    config = small_config({"tiny": {"source": "path", "path": str(tiny_model_dir)}})
+    target = "results/tiny/model/affine_singular_values.tsv"
+    result = snakemake(tmp_path, config, target, "--skip-script-cleanup")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (kept,) = (tmp_path / ".snakemake/scripts").glob("*.norms_affine.py")
+    table = tmp_path / target
+    written = table.read_bytes()
+    table.unlink()
+    rerun = subprocess.run([sys.executable, kept], cwd=tmp_path, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    assert table.read_bytes() == written and len(written.splitlines()) > 1
