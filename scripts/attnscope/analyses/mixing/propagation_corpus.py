@@ -158,20 +158,8 @@ def attribute(
     )
 
 
-def attribute_prediction(
-    model,
-    weights: CanonicalModel,
-    store: HiddenStates,
-    batch,
-    carried: Carried,
-    prediction: Prediction,
-    ig_steps: int,
-    residuals: ResidualLog,
-) -> pd.DataFrame | None:
-    """prediction.tsv rows of one batch (`attribute`), None when it has nothing to predict."""
-    found = attribute(model, weights, store, batch, carried, prediction, ig_steps, residuals)
-    if found is None:
-        return None
+def prediction_frame(batch, found: Attribution, token_of) -> pd.DataFrame:
+    """prediction.tsv rows of one batch's `attribute` result."""
     lengths = batch.mask.sum(1).cpu().numpy()
     return prediction_rows(
         [batch.start + r for r in found.rows],
@@ -181,7 +169,7 @@ def attribute_prediction(
         found.contributions,
         found.bias,
         found.logits,
-        prediction.token_of,
+        token_of,
     )
 
 
@@ -259,10 +247,11 @@ def analyse_depth(
                 on_layer,
             )
             if prediction.head is not None:
-                rows = attribute_prediction(
+                found = attribute(
                     model, weights, store, batch, last, prediction, ig_steps, residuals
                 )
-                predictions += [] if rows is None else [rows]
+                if found is not None:
+                    predictions.append(prediction_frame(batch, found, prediction.token_of))
         if log:
             log.info("sequences %d-%d done", batch.start + 1, batch.stop)
     return PropagationResult(
