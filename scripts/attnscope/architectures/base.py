@@ -37,6 +37,8 @@ class Architecture:
     has_mask_token       whether the family's tokenizers have a mask token ([MASK], <mask>)
     prediction_head      model loaded with its LM head -> its `PredictionHead` (read from the
                          head's modules and the config), None for a bare model
+    zero_padding_states  whether `residual_states` sets the padding positions of every state
+                         to 0 (the layer-streamed extraction does the same)
     """
 
     name: str
@@ -50,6 +52,7 @@ class Architecture:
     causal_lm_prefixes: tuple[str, ...] = ()
     has_mask_token: bool = False
     prediction_head: Callable[[torch.nn.Module], PredictionHead | None] = lambda model: None
+    zero_padding_states: bool = False
 
     def model_inputs(self, model, input_ids, attention_mask, token_type_ids) -> dict:
         """Keyword arguments of the forward pass; segment ids only where the model uses them."""

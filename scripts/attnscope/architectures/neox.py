@@ -227,6 +227,7 @@ ARCHITECTURE = Architecture(
     uses_segment_ids=lambda config: False,
     attention_output=attention_output,
     residual_states=residual_states,
+    zero_padding_states=True,
     max_positions=lambda config: config["max_position_embeddings"],
     causal_lm_prefixes=("lm_head", "embed_out"),
     prediction_head=causal_head,

@@ -108,53 +108,30 @@ class BackgroundWriter:
             raise self.error
 
 
-def extract(
-    model,
-    encoded_path: str | Path,
-    out_path: str | Path,
-    batch_size: int,
-    device: str,
-    dtype: str = "float32",
-    attrs: dict | None = None,
-    log=None,
-) -> dict:
-    """Write hidden_states.h5 for one model and one encoded corpus; returns summary stats."""
-    storage = np.dtype(dtype)
-    model = model.to(device).eval()
+@contextmanager
+def state_store(encoded_path, out_path, config, dtype: str, attrs: dict | None):
+    """Create hidden_states.h5 for a model `config` and an encoded corpus (written in place
+    only when the block ends without error): yields (token arrays, the `hidden/{l}` datasets
+    [N, L, d] of every state, the sequence lengths)."""
     with open_store(encoded_path, "encode_corpus") as enc, atomic_h5(out_path) as out:
         arrays = {name: enc[name][()] for name in TOKEN_ARRAYS}
         n_seq, length = arrays["input_ids"].shape
         if n_seq == 0:
             raise ValueError(f"{encoded_path}: the encoded corpus has no sequences")
-        family = architecture(model.config.model_type)
-        if not family.uses_segment_ids(model.config):
+        if not architecture(config.model_type).uses_segment_ids(config):
             arrays["token_type_ids"] = np.zeros_like(arrays["token_type_ids"])
         for name, values in arrays.items():
             out.create_dataset(name, data=values)
         lengths = arrays["attention_mask"].sum(axis=1)
-        d = model.config.hidden_size
-        n_states = model.config.num_hidden_layers + 1
+        d, n_states = config.hidden_size, config.num_hidden_layers + 1
         chunk = (1, chunk_positions(lengths, length), d)
         hidden = [
             out.create_dataset(
-                f"hidden/{l}", shape=(n_seq, length, d), dtype=storage, chunks=chunk, fillvalue=0
+                f"hidden/{l}", shape=(n_seq, length, d), dtype=dtype, chunks=chunk, fillvalue=0
             )
             for l in range(n_states)
         ]
-        progress = tqdm(total=n_seq, unit="seq", file=log, mininterval=5, desc="extract")
-        with sdpa_attention(model), BackgroundWriter(hidden, batch_size) as writer:
-            for start, stop, n in batch_spans(lengths, batch_size):
-                batch = {
-                    key: torch.from_numpy(arrays[key][start:stop, :n].astype(np.int64)).to(device)
-                    for key in ("input_ids", "attention_mask", "token_type_ids")
-                }
-                # Only the first n positions are written: the rest of the batch is padding,
-                # which the dataset's fill value (0) already holds.
-                with torch.inference_mode():
-                    inputs = family.model_inputs(model, **batch)
-                    writer.put(start, stop, n, family.residual_states(model, inputs))
-                progress.update(stop - start)
-        progress.close()
+        yield arrays, hidden, lengths
         out.attrs.update(attrs or {})
         out.attrs["corpus_sha256"] = sha256_of(encoded_path)
         out.attrs["dtype"] = dtype
@@ -165,7 +142,101 @@ def extract(
         out.attrs["packages"] = json.dumps(
             {p: importlib.metadata.version(p) for p in PACKAGES}, sort_keys=True
         )
-    return {"sequences": n_seq, "length": length, "layers": n_states - 1}
+
+
+def batch_inputs(family, model, arrays: dict, start: int, stop: int, n: int, device: str):
+    """The forward's keyword arguments for sequences [start, stop), first n positions."""
+    batch = {
+        key: torch.from_numpy(arrays[key][start:stop, :n].astype(np.int64)).to(device)
+        for key in ("input_ids", "attention_mask", "token_type_ids")
+    }
+    return family.model_inputs(model, **batch)
+
+
+def extract(
+    model,
+    encoded_path: str | Path,
+    out_path: str | Path,
+    batch_size: int,
+    device: str,
+    dtype: str = "float32",
+    attrs: dict | None = None,
+    log=None,
+) -> dict:
+    """Write hidden_states.h5 for one model and one encoded corpus with a whole-model forward
+    per batch; returns summary stats."""
+    model = model.to(device).eval()
+    family = architecture(model.config.model_type)
+    with state_store(encoded_path, out_path, model.config, dtype, attrs) as store:
+        arrays, hidden, lengths = store
+        progress = tqdm(total=len(lengths), unit="seq", file=log, mininterval=5, desc="extract")
+        with sdpa_attention(model), BackgroundWriter(hidden, batch_size) as writer:
+            for start, stop, n in batch_spans(lengths, batch_size):
+                # Only the first n positions are written: the rest of the batch is padding,
+                # which the dataset's fill value (0) already holds.
+                inputs = batch_inputs(family, model, arrays, start, stop, n, device)
+                with torch.inference_mode():
+                    writer.put(start, stop, n, family.residual_states(model, inputs))
+                progress.update(stop - start)
+        progress.close()
+    return summary(arrays, model.config)
+
+
+def extract_streamed(
+    folder: str | Path,
+    encoded_path: str | Path,
+    out_path: str | Path,
+    batch_size: int,
+    device: str,
+    dtype: str = "float32",
+    attrs: dict | None = None,
+    log=None,
+) -> dict:
+    """Write the same hidden_states.h5 as `extract`, layer by layer: the embeddings of every
+    batch, then layer 1 over every batch from the stored X_0, and so on, with one layer's
+    weights in memory at a time (`LayerStream`). Each pass reads the previous state back from
+    the store, so a float16 store carries float16-rounded states forward."""
+    from attnscope.pipeline.layer_stream import LayerStream
+
+    stream = LayerStream(folder, device)
+    config = stream.config
+    family = architecture(config.model_type)
+    with state_store(encoded_path, out_path, config, dtype, attrs) as store:
+        arrays, hidden, lengths = store
+        spans = list(batch_spans(lengths, batch_size))
+        stream.load_embedding_rows(arrays["input_ids"])
+        progress = tqdm(
+            total=len(lengths) * len(hidden), unit="seq", file=log, mininterval=5, desc="extract"
+        )
+
+        def one_pass(target, compute) -> None:
+            with BackgroundWriter([target], batch_size) as writer:
+                for start, stop, n in spans:
+                    inputs = batch_inputs(family, stream.model, arrays, start, stop, n, device)
+                    state = compute(inputs, start, stop, n)
+                    if family.zero_padding_states:
+                        real = inputs["attention_mask"].bool()[..., None]
+                        state = torch.where(real, state, torch.zeros((), dtype=state.dtype))
+                    writer.put(start, stop, n, [state])
+                    progress.update(stop - start)
+
+        one_pass(hidden[0], lambda inputs, *span: stream.embeddings(inputs))
+        for layer in range(config.num_hidden_layers):
+            stream.load(layer)
+
+            def step(inputs, start, stop, n, layer=layer):
+                X = torch.from_numpy(hidden[layer][start:stop, :n]).to(device, torch.float32)
+                return stream.layer(layer, inputs, X)
+
+            one_pass(hidden[layer + 1], step)
+            stream.unload(layer)
+        progress.close()
+    return summary(arrays, config)
+
+
+def summary(arrays: dict, config) -> dict:
+    n_seq, length = arrays["input_ids"].shape
+    return {"sequences": n_seq, "length": length, "layers": config.num_hidden_layers}
 
 
 def manifest_attrs(manifest: dict) -> dict:
