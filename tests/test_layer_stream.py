@@ -203,6 +203,5 @@ def test_streamed_peak_memory_does_not_grow_with_depth(tmp_path):
             out = tmp_path / f"{layers}-{streamed}.h5"
             peaks[layers, streamed] = peak_rss_mib(folder, encoded, out, streamed)
     layer_mib = 7.1e6 * 4 / 2**20  # one BERT-base layer's float32 weights
-    print(peaks)
     assert peaks[16, True] - peaks[2, True] < layer_mib, peaks
     assert peaks[16, False] - peaks[2, False] > 10 * layer_mib, peaks

@@ -334,6 +334,29 @@ def test_the_device_alone_reruns_nothing(tiny_run):
     assert rules <= {"all", "config_snapshot"}, rules
 
 
+def test_layer_streamed_extraction_stores_the_whole_models_states(tiny_run, tmp_path):
+    """`extraction: layer-streamed` (the route for models larger than memory) writes the store
+    the whole-model route wrote for the tiny run, and, like `device`, reruns nothing there."""
+    import h5py
+    import numpy as np
+
+    workdir, config = tiny_run
+    streamed = dict(config, extraction="layer-streamed")
+    target = "results/tiny/wiki/hidden_states.h5"
+    result = snakemake(tmp_path, streamed, target)
+    assert result.returncode == 0, result.stderr[-3000:]
+    logs = "results/tiny/wiki/logs/extract_hidden_states.log"
+    assert "extraction route: layer-streamed" in (tmp_path / logs).read_text()
+    assert "extraction route: whole-model" in (workdir / logs).read_text()  # auto, tiny model
+    with h5py.File(workdir / target) as whole, h5py.File(tmp_path / target) as layered:
+        np.testing.assert_array_equal(whole["input_ids"][()], layered["input_ids"][()])
+        for layer in whole["hidden"]:
+            x, y = whole[f"hidden/{layer}"][()], layered[f"hidden/{layer}"][()]
+            np.testing.assert_allclose(y, x, rtol=0, atol=1e-5 * np.abs(x).max())
+    rules = scheduled_rules(snakemake(workdir, streamed, "--dry-run"))
+    assert rules <= {"all", "config_snapshot"}, rules
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
 def test_cuda_without_a_gpu_stops_before_any_job_and_keeps_the_states(tiny_run):
     workdir, config = tiny_run

@@ -1,0 +1,226 @@
+"""Peak memory and time of the extraction as models grow: layer-streamed against whole-model.
+
+Random checkpoints at real models' shapes (random weights cost what real ones do), written
+layer by layer in bfloat16 as sharded safetensors (one shard per layer, never the whole model
+in memory), and one encoded corpus of `--sequences` random sequences of `--length` pieces.
+Each extraction runs in a fresh process; its peak RSS is the process's own VmHWM.
+
+shapes   llama-1b, llama-3b, llama-8b: Llama-3.2-1B, Llama-3.2-3B and Llama-3.1-8B configs
+         (grouped-query attention, 128,256-piece vocabulary); bert-base: BERT-base's config;
+         minilm: the embedded MiniLM's real weights (nothing written)
+routes   streamed (`extract_streamed`) for every shape; whole (`extract` after loading the bare
+         model in float32) for the shapes given to --whole (the model must fit in memory)
+
+Run: .venv/bin/python benchmarks/bench_scale.py [--shapes llama-1b llama-3b llama-8b]
+     [--whole llama-1b bert-base] [--folder /tmp/attnscope-scale] [--sequences 4]
+     [--length 128] [--device cpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
+sys.path.insert(0, str(SCRIPTS))
+
+LLAMA = dict(
+    model_type="llama",
+    vocab_size=128256,
+    num_key_value_heads=8,
+    max_position_embeddings=131072,
+    rms_norm_eps=1e-5,
+    rope_theta=500000.0,
+    bos_token_id=128000,
+    eos_token_id=128001,
+)
+SHAPES = {
+    "llama-1b": dict(
+        LLAMA,
+        hidden_size=2048,
+        intermediate_size=8192,
+        num_hidden_layers=16,
+        num_attention_heads=32,
+        head_dim=64,
+        tie_word_embeddings=True,
+    ),
+    "llama-3b": dict(
+        LLAMA,
+        hidden_size=3072,
+        intermediate_size=8192,
+        num_hidden_layers=28,
+        num_attention_heads=24,
+        head_dim=128,
+        tie_word_embeddings=True,
+    ),
+    "llama-8b": dict(
+        LLAMA,
+        hidden_size=4096,
+        intermediate_size=14336,
+        num_hidden_layers=32,
+        num_attention_heads=32,
+        head_dim=128,
+        tie_word_embeddings=False,
+    ),
+    "bert-base": dict(model_type="bert", vocab_size=30522),
+}
+
+
+def write_checkpoint(folder: Path, shape: str) -> int:
+    """A random bfloat16 checkpoint of `shape`, one safetensors shard per layer (and one for
+    everything else), written tensor group by tensor group; returns its parameter count."""
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoConfig, AutoModelForCausalLM, BertModel
+
+    settings = dict(SHAPES[shape])
+    config = AutoConfig.for_model(settings.pop("model_type"), **settings)
+    config.dtype = "bfloat16"
+    with torch.device("meta"):
+        model = (
+            BertModel(config)
+            if config.model_type == "bert"
+            else AutoModelForCausalLM.from_config(config)
+        )
+    shapes = {name: p.shape for name, p in model.named_parameters()}
+    if config.model_type == "bert":
+        shapes = {f"bert.{name}": s for name, s in shapes.items()}
+    groups: dict[str, list[str]] = {}
+    for name in shapes:
+        parts = name.split(".")
+        layer = next((parts[i + 1] for i, p in enumerate(parts) if p in ("layers", "layer")), None)
+        groups.setdefault("rest" if layer is None else f"layer-{int(layer):03d}", []).append(name)
+    folder.mkdir(parents=True, exist_ok=True)
+    weight_map, total = {}, 0
+    generator = torch.Generator().manual_seed(0)
+    for group, names in sorted(groups.items()):
+        file = f"model-{group}.safetensors"
+        tensors = {}
+        for name in names:
+            if len(shapes[name]) == 1:  # norm weights and biases
+                value = (
+                    torch.ones(shapes[name])
+                    if name.endswith("weight")
+                    else torch.zeros(shapes[name])
+                )
+                tensors[name] = value.to(torch.bfloat16)
+            else:
+                value = torch.randn(shapes[name], generator=generator, dtype=torch.bfloat16)
+                tensors[name] = value.mul_(0.02)
+            weight_map[name] = file
+            total += tensors[name].numel()
+        save_file(tensors, folder / file, metadata={"format": "pt"})
+        del tensors
+    index = {"metadata": {"total_size": 2 * total}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index))
+    config.save_pretrained(folder)
+    return total
+
+
+def write_corpus(path: Path, vocab: int, sequences: int, length: int) -> None:
+    """encoded.h5 of random pieces, every position real."""
+    import numpy as np
+
+    from attnscope.data.corpora import EncodedCorpus, write_encoded
+
+    rng = np.random.default_rng(0)
+    shape = (sequences, length)
+    corpus = EncodedCorpus(
+        kind="texts",
+        input_ids=rng.integers(1000, vocab, shape).astype(np.int32),
+        attention_mask=np.ones(shape, np.int8),
+        token_type_ids=np.zeros(shape, np.int8),
+        category=np.zeros(shape, np.int8),
+        word_ids=np.tile(np.arange(length, dtype=np.int32), (sequences, 1)),
+        meta=[{} for _ in range(sequences)],
+        settings={},
+        inputs=(),
+        tokenizer="random",
+        dropped=0,
+    )
+    write_encoded(path, corpus)
+
+
+RUN = """
+import sys, time
+sys.path.insert(0, {scripts!r})
+import torch
+from attnscope.pipeline.extract import extract, extract_streamed
+folder, encoded, out, route, device = sys.argv[1:6]
+start = time.perf_counter()
+if route == "streamed":
+    extract_streamed(folder, encoded, out, batch_size=4, device=device)
+else:
+    from transformers import AutoModel
+    model = AutoModel.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
+    extract(model, encoded, out, batch_size=4, device=device)
+seconds = time.perf_counter() - start
+peak = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0])
+print(seconds, peak)
+"""
+
+
+def run(model: Path, encoded: Path, route: str, device: str) -> tuple[float, float]:
+    """(seconds, peak RSS in MiB) of one extraction in a fresh process."""
+    out = encoded.parent / f"states-{route}.h5"
+    code = RUN.format(scripts=str(SCRIPTS))
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(model), str(encoded), str(out), route, device],
+        capture_output=True,
+        text=True,
+    )
+    if done.returncode:
+        raise RuntimeError(done.stderr[-3000:])
+    out.unlink()
+    seconds, peak = done.stdout.split()[-2:]
+    return float(seconds), int(peak) / 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--shapes", nargs="+", default=["llama-1b", "llama-3b", "llama-8b"])
+    parser.add_argument("--whole", nargs="*", default=["llama-1b"])
+    parser.add_argument("--folder", type=Path, default=Path("/tmp/attnscope-scale"))
+    parser.add_argument("--sequences", type=int, default=4)
+    parser.add_argument("--length", type=int, default=128)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    print("shape\tparameters\tcheckpoint_GB\troute\tseconds\tpeak_rss_MiB", flush=True)
+    for shape in args.shapes:
+        folder = args.folder / shape
+        folder.mkdir(parents=True, exist_ok=True)
+        if shape == "minilm":
+            from attnscope.api import MINILM
+            from attnscope.pipeline.models import resolve_folder
+
+            model = resolve_folder("minilm", MINILM, "", Path())[0]
+            vocab, parameters, size = (
+                30522,
+                22_713_728,
+                (model / "model.safetensors").stat().st_size,
+            )
+        else:
+            model = folder
+            if not (folder / "model.safetensors.index.json").is_file():
+                started = time.perf_counter()
+                write_checkpoint(folder, shape)
+                print(f"# wrote {folder} in {time.perf_counter() - started:.0f} s", flush=True)
+            index = json.loads((folder / "model.safetensors.index.json").read_text())
+            vocab, size = SHAPES[shape]["vocab_size"], index["metadata"]["total_size"]
+            parameters = size // 2  # bfloat16
+        encoded = folder / "encoded.h5"
+        write_corpus(encoded, vocab, args.sequences, args.length)
+        for route in ["streamed"] + (["whole"] if shape in args.whole else []):
+            seconds, peak = run(model, encoded, route, args.device)
+            print(
+                f"{shape}\t{parameters:,}\t{size / 1e9:.1f}\t{route}\t{seconds:.1f}\t{peak:.0f}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
