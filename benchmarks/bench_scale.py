@@ -30,6 +30,7 @@ sys.path.insert(0, str(SCRIPTS))
 
 LLAMA = dict(
     model_type="llama",
+    head="causal",
     vocab_size=128256,
     num_key_value_heads=8,
     max_position_embeddings=131072,
@@ -66,7 +67,7 @@ SHAPES = {
         head_dim=128,
         tie_word_embeddings=False,
     ),
-    "bert-base": dict(model_type="bert", vocab_size=30522),
+    "bert-base": dict(model_type="bert", head="masked", vocab_size=30522),
 }
 
 
@@ -75,20 +76,15 @@ def write_checkpoint(folder: Path, shape: str) -> int:
     everything else), written tensor group by tensor group; returns its parameter count."""
     import torch
     from safetensors.torch import save_file
-    from transformers import AutoConfig, AutoModelForCausalLM, BertModel
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
 
     settings = dict(SHAPES[shape])
+    head = {"causal": AutoModelForCausalLM, "masked": AutoModelForMaskedLM}[settings.pop("head")]
     config = AutoConfig.for_model(settings.pop("model_type"), **settings)
     config.dtype = "bfloat16"
     with torch.device("meta"):
-        model = (
-            BertModel(config)
-            if config.model_type == "bert"
-            else AutoModelForCausalLM.from_config(config)
-        )
+        model = head.from_config(config)
     shapes = {name: p.shape for name, p in model.named_parameters()}
-    if config.model_type == "bert":
-        shapes = {f"bert.{name}": s for name, s in shapes.items()}
     groups: dict[str, list[str]] = {}
     for name in shapes:
         parts = name.split(".")

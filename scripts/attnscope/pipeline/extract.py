@@ -220,7 +220,7 @@ def extract_streamed(
                     writer.put(start, stop, n, [state])
                     progress.update(stop - start)
 
-        one_pass(hidden[0], lambda inputs, *span: stream.embeddings(inputs))
+        one_pass(hidden[0], lambda inputs, *span: stream.embedded(inputs))
         for layer in range(config.num_hidden_layers):
             stream.load(layer)
 

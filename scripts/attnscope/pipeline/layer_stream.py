@@ -64,8 +64,8 @@ def _layer_list(model, n_layers: int) -> tuple[str, torch.nn.ModuleList]:
 class LayerStream:
     """The bare model of a checkpoint folder, run layer by layer.
 
-    `embeddings(inputs, ids)` gives X_0 [B, n, d] (ids: the token ids the corpus uses, whose
-    embedding rows are read, once); `layer(l, inputs, X)` gives X_{l+1} from X_l [B, n, d].
+    `embedded(inputs)` gives X_0 [B, n, d] once `load_embedding_rows(ids)` has read the rows
+    of every token id the corpus uses; `layer(l, inputs, X)` gives X_{l+1} from X_l [B, n, d].
     Call `load(l)` before layer l's passes and `unload(l)` after them; `inputs` are the
     forward's keyword arguments (input_ids, attention_mask, token_type_ids where used).
     """
@@ -202,7 +202,7 @@ class LayerStream:
             raise
         raise RuntimeError(f"the forward pass did not reach layer {until}")
 
-    def embeddings(self, inputs: dict) -> torch.Tensor:
+    def embedded(self, inputs: dict) -> torch.Tensor:
         """X_0: the input of layer 0 as the model's forward computes it.  [B, n, d]"""
 
         def stop(module, args, kwargs):
