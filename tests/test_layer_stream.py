@@ -11,11 +11,12 @@ import pytest
 import torch
 
 from attnscope.api import MINILM
+from attnscope.architectures import StreamingUnavailableError
 from attnscope.data.corpora import encode_corpus, write_encoded
 from attnscope.pipeline.config_checks import ConfigError, check_models
 from attnscope.pipeline.extract import extract, extract_streamed
 from attnscope.pipeline.layer_stream import LayerStream, extraction_route
-from attnscope.pipeline.models import StreamingUnavailableError, resolve_folder
+from attnscope.pipeline.models import resolve_folder
 from conftest import CLASSIC, DECODERS, SPECIAL_VOCAB, tiny_model, write_tiny_encoded
 
 # A task head in some checkpoints, so that its tensors are skipped and the bare model's names
@@ -103,9 +104,7 @@ def test_one_layers_tensors_are_read_and_held_at_a_time(tmp_path):
     run_layer = stream.layer
 
     def layer(number, inputs, X):
-        held.append(
-            [j for j, b in enumerate(stream.blocks) if next(b.parameters()).is_meta is False]
-        )
+        held.append([j for j, b in enumerate(stream.blocks) if not next(b.parameters()).is_meta])
         return run_layer(number, inputs, X)
 
     stream.layer = layer

@@ -19,11 +19,13 @@ SUPPORTED_MODEL_TYPES = tuple(BY_MODEL_TYPE)
 
 __all__ = [
     "Architecture",
+    "StreamingUnavailableError",
     "UnsupportedModelError",
     "SUPPORTED_MODEL_TYPES",
     "architecture",
     "base_model",
     "canonical_weights",
+    "checkpoint_files",
     "has_mlm_head",
     "lm_head_kind",
     "load_model",
@@ -77,20 +79,41 @@ def _weight_files(path: str) -> str:
     return f"{', '.join(files)} (damaged or truncated? delete the folder and rerun acquire_model)"
 
 
-def _weight_names(path: str) -> set[str]:
-    """The tensor names a checkpoint stores (single, sharded or pickled)."""
+SAFETENSORS_INDEX = "model.safetensors.index.json"
+
+
+class StreamingUnavailableError(ValueError):
+    """A checkpoint the layer-streamed route cannot read (no safetensors files)."""
+
+
+def checkpoint_files(folder: str | Path) -> dict[str, Path]:
+    """{tensor name: safetensors file} of a model folder, single or sharded."""
     from safetensors import safe_open
 
+    folder = Path(folder)
+    index = folder / SAFETENSORS_INDEX
+    if index.is_file():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return {name: folder / file for name, file in weight_map.items()}
+    single = folder / "model.safetensors"
+    if not single.is_file():
+        raise StreamingUnavailableError(
+            f"{folder} has no safetensors weights (model.safetensors or {SAFETENSORS_INDEX}); "
+            "the layer-streamed route reads safetensors only: set extraction: whole-model"
+        )
+    with safe_open(single, "pt") as f:
+        return {name: single for name in f.keys()}
+
+
+def _weight_names(path: str) -> set[str]:
+    """The tensor names a checkpoint stores (single, sharded or pickled)."""
     folder = Path(path)
-    index = folder / "model.safetensors.index.json"
-    if index.exists():
-        return set(json.loads(index.read_text())["weight_map"])
-    if (folder / "model.safetensors").exists():
-        try:
-            with safe_open(folder / "model.safetensors", "pt") as f:
-                return set(f.keys())
-        except Exception as error:
-            raise OSError(f"cannot read {_weight_files(path)}: {error}") from error
+    try:
+        return set(checkpoint_files(folder))
+    except StreamingUnavailableError:  # no safetensors: a pickle, or no weights at all
+        pass
+    except Exception as error:
+        raise OSError(f"cannot read {_weight_files(path)}: {error}") from error
     if (folder / "pytorch_model.bin").exists():
         import torch
 

@@ -6,14 +6,8 @@ message naming the key, and nothing is computed or overwritten.
 
 from __future__ import annotations
 
-from attnscope.architectures import architecture
-from attnscope.pipeline.models import (
-    StreamingUnavailableError,
-    checkpoint_files,
-    local_model_folder,
-    read_model_config,
-    require_tokenizer,
-)
+from attnscope.architectures import StreamingUnavailableError, architecture, checkpoint_files
+from attnscope.pipeline.models import local_model_folder, read_model_config, require_tokenizer
 from attnscope.pipeline.outputs import Family
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnscope.pipeline.models import StreamingUnavailableError, checkpoint_files
+from attnscope.architectures import StreamingUnavailableError, checkpoint_files
 
 
 class _Stop(Exception):

@@ -125,32 +125,6 @@ def weight_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES)
 
 
-SAFETENSORS_INDEX = "model.safetensors.index.json"
-
-
-class StreamingUnavailableError(ValueError):
-    """A checkpoint the layer-streamed route cannot read (no safetensors files)."""
-
-
-def checkpoint_files(folder: str | Path) -> dict[str, Path]:
-    """{tensor name: safetensors file} of a model folder, single or sharded."""
-    from safetensors import safe_open
-
-    folder = Path(folder)
-    index = folder / SAFETENSORS_INDEX
-    if index.is_file():
-        weight_map = json.loads(index.read_text())["weight_map"]
-        return {name: folder / file for name, file in weight_map.items()}
-    single = folder / "model.safetensors"
-    if not single.is_file():
-        raise StreamingUnavailableError(
-            f"{folder} has no safetensors weights (model.safetensors or {SAFETENSORS_INDEX}); "
-            "the layer-streamed route reads safetensors only: set extraction: whole-model"
-        )
-    with safe_open(single, "pt") as f:
-        return {name: single for name in f.keys()}
-
-
 def model_files(folder: Path) -> list[Path]:
     """The files a model's results depend on: config.json, weights and tokenizer files."""
     tokenizer = [folder / f for f in TOKENIZER_FILES] + sorted(folder.glob("*.model"))
