@@ -1,19 +1,22 @@
-"""Peak memory and time of the extraction as models grow: layer-streamed against whole-model.
+"""Peak memory and time of extraction, norms and mixing as models grow: layer-streamed
+against whole-model.
 
 Random checkpoints at real models' shapes (random weights cost what real ones do), written
 layer by layer in bfloat16 as sharded safetensors (one shard per layer, never the whole model
 in memory), and one encoded corpus of `--sequences` random sequences of `--length` pieces.
-Each extraction runs in a fresh process; its peak RSS is the process's own VmHWM.
+Each step runs in a fresh process, as its rule would; its peak RSS is the process's own
+VmHWM. The analyses read the states the same route's extraction stored.
 
 shapes   llama-1b, llama-3b, llama-8b: Llama-3.2-1B, Llama-3.2-3B and Llama-3.1-8B configs
          (grouped-query attention, 128,256-piece vocabulary); bert-base: BERT-base's config;
          minilm: the embedded MiniLM's real weights (nothing written)
-routes   streamed (`extract_streamed`) for every shape; whole (`extract` after loading the bare
-         model in float32) for the shapes given to --whole (the model must fit in memory)
+routes   streamed (`extract_streamed`, `streamed_model`) for every shape; whole (the bare model
+         loaded in float32) for the shapes given to --whole (the model must fit in memory)
+steps    extract, norms (the norm-based analysis), mixing (whole-layer mixing, exact FF split)
 
 Run: .venv/bin/python benchmarks/bench_scale.py [--shapes llama-1b llama-3b llama-8b]
      [--whole llama-1b bert-base] [--folder /tmp/attnscope-scale] [--sequences 4]
-     [--length 128] [--device cpu]
+     [--length 128] [--device cpu] [--steps extract norms mixing]
 """
 
 from __future__ import annotations
@@ -144,34 +147,49 @@ def write_corpus(path: Path, vocab: int, sequences: int, length: int) -> None:
 RUN = """
 import sys, time
 sys.path.insert(0, {scripts!r})
-import torch
+import h5py, torch
+from transformers import AutoModel
+from attnscope.analyses.mixing.corpus import analyse_corpus as mixing
+from attnscope.analyses.norms.corpus import analyse_corpus as norms
+from attnscope.architectures import canonical_weights
+from attnscope.core.store import HiddenStates
 from attnscope.pipeline.extract import extract, extract_streamed
-folder, encoded, out, route, device = sys.argv[1:6]
+from attnscope.pipeline.streamed_weights import streamed_model
+folder, encoded, states, step, route, device = sys.argv[1:7]
 start = time.perf_counter()
-if route == "streamed":
-    extract_streamed(folder, encoded, out, batch_size=4, device=device)
+if step == "extract":
+    if route == "streamed":
+        extract_streamed(folder, encoded, states, batch_size=4, device=device)
+    else:
+        model = AutoModel.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
+        extract(model.to(device), encoded, states, batch_size=4, device=device)
 else:
-    from transformers import AutoModel
-    model = AutoModel.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
-    extract(model, encoded, out, batch_size=4, device=device)
+    if route == "streamed":
+        model, weights = streamed_model(folder, device)
+    else:
+        model = AutoModel.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
+        model = model.to(device).eval()
+        weights = canonical_weights(model)
+    with HiddenStates(states) as store, h5py.File(states + f"-{{step}}.h5", "w") as maps:
+        common = dict(batch_size=4, device=device, max_rel_residual=1e-3, log=None)
+        if step == "norms":
+            norms(store, weights, model, maps, sample_size=100000, seed=0, **common)
+        else:
+            mixing(store, weights, model, maps, ig_steps=0, maps_dtype="float16", **common)
 seconds = time.perf_counter() - start
 peak = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0])
 print(seconds, peak)
 """
 
 
-def run(model: Path, encoded: Path, route: str, device: str) -> tuple[float, float]:
-    """(seconds, peak RSS in MiB) of one extraction in a fresh process."""
-    out = encoded.parent / f"states-{route}.h5"
+def run(model: Path, encoded: Path, step: str, route: str, device: str) -> tuple[float, float]:
+    """(seconds, peak RSS in MiB) of one step in a fresh process."""
+    states = encoded.parent / f"states-{route}.h5"
     code = RUN.format(scripts=str(SCRIPTS))
-    done = subprocess.run(
-        [sys.executable, "-c", code, str(model), str(encoded), str(out), route, device],
-        capture_output=True,
-        text=True,
-    )
+    command = [sys.executable, "-c", code, str(model), str(encoded), str(states), step, route]
+    done = subprocess.run([*command, device], capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(done.stderr[-3000:])
-    out.unlink()
     seconds, peak = done.stdout.split()[-2:]
     return float(seconds), int(peak) / 1024
 
@@ -184,8 +202,9 @@ def main() -> None:
     parser.add_argument("--sequences", type=int, default=4)
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--steps", nargs="+", default=["extract", "norms", "mixing"])
     args = parser.parse_args()
-    print("shape\tparameters\tcheckpoint_GB\troute\tseconds\tpeak_rss_MiB", flush=True)
+    print("shape\tparameters\tcheckpoint_GB\tstep\troute\tseconds\tpeak_rss_MiB", flush=True)
     for shape in args.shapes:
         folder = args.folder / shape
         folder.mkdir(parents=True, exist_ok=True)
@@ -211,11 +230,12 @@ def main() -> None:
         encoded = folder / "encoded.h5"
         write_corpus(encoded, vocab, args.sequences, args.length)
         for route in ["streamed"] + (["whole"] if shape in args.whole else []):
-            seconds, peak = run(model, encoded, route, args.device)
-            print(
-                f"{shape}\t{parameters:,}\t{size / 1e9:.1f}\t{route}\t{seconds:.1f}\t{peak:.0f}",
-                flush=True,
-            )
+            for step in ["extract", *(s for s in args.steps if s != "extract")]:
+                seconds, peak = run(model, encoded, step, route, args.device)
+                row = [shape, f"{parameters:,}", f"{size / 1e9:.1f}", step, route]
+                print("\t".join([*row, f"{seconds:.1f}", f"{peak:.0f}"]), flush=True)
+            for stored in folder.glob(f"states-{route}.h5*"):
+                stored.unlink()
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ loaded = open_model(
     snakemake.config["device"],
     log,
     hidden_states=snakemake.input.hidden_states,
+    loading=snakemake.config["loading"],
 )
 with HiddenStates(snakemake.input.hidden_states) as store, atomic_h5(output.maps) as maps:
     log.info("%d sequences of at most %d pieces", store.n_sequences, store.length)

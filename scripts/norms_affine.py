@@ -6,7 +6,9 @@ from attnscope.pipeline import runlog
 from attnscope.pipeline.models import open_model
 
 log = runlog.start(snakemake)
-loaded = open_model(snakemake.input.manifest, snakemake.config["device"], log)
+loaded = open_model(
+    snakemake.input.manifest, snakemake.config["device"], log, loading=snakemake.config["loading"]
+)
 table = affine_singular_value_table(loaded.weights)
 write_table(table, snakemake.output[0])
 log.info("wrote %d singular values", len(table))

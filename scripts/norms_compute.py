@@ -14,6 +14,7 @@ loaded = open_model(
     snakemake.config["device"],
     log,
     hidden_states=snakemake.input.hidden_states,
+    loading=snakemake.config["loading"],
 )
 model, weights, device = loaded.model, loaded.weights, loaded.device
 with HiddenStates(snakemake.input.hidden_states) as store, atomic_h5(output.maps) as maps:

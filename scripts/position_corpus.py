@@ -18,6 +18,7 @@ loaded = open_model(
     snakemake.config["device"],
     log,
     hidden_states=snakemake.input.hidden_states,
+    loading=snakemake.config["loading"],
 )
 manifest, weights, device = loaded.manifest, loaded.weights, loaded.device
 offsets = list(range(-params.t_max, params.t_max + 1))

@@ -14,7 +14,7 @@ from attnscope.pipeline import runlog
 from attnscope.pipeline.models import open_model
 
 log = runlog.start(snakemake)
-loaded = open_model(snakemake.input.manifest)
+loaded = open_model(snakemake.input.manifest, loading=snakemake.config["loading"])
 manifest, weights = loaded.manifest, loaded.weights
 if weights.rotary:
     log.info("%s is a rotary model: no position embeddings", manifest["name"])

@@ -19,6 +19,7 @@ loaded = open_model(
     snakemake.config["device"],
     log,
     hidden_states=snakemake.input.hidden_states,
+    loading=snakemake.config["loading"],
 )
 weights = loaded.weights
 if not weights.rotary:

@@ -17,7 +17,7 @@ from attnscope.pipeline.models import open_model
 
 log = runlog.start(snakemake)
 include_bias = snakemake.params.include_bias
-weights = open_model(snakemake.input.manifest, log=log).weights
+weights = open_model(snakemake.input.manifest, log=log, loading=snakemake.config["loading"]).weights
 if weights.rotary:
     log.info("rotary model: W^A per band; no eigen-angles (scores are not x W^A x^T)")
     singular = band_singular_value_table(weights)

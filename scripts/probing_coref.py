@@ -17,6 +17,7 @@ loaded = open_model(
     snakemake.config["device"],
     log,
     hidden_states=snakemake.input.hidden_states,
+    loading=snakemake.config["loading"],
 )
 metas = read_meta(snakemake.input.encoded)
 mixing_path = snakemake.input.get("mixing")

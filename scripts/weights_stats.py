@@ -14,6 +14,7 @@ loaded = open_model(
     snakemake.config["device"],
     log,
     hidden_states=snakemake.input.hidden_states,
+    loading=snakemake.config["loading"],
 )
 weights, device = loaded.weights, loaded.device
 with HiddenStates(snakemake.input.hidden_states) as store:

@@ -16,14 +16,14 @@ TINY = dict(hidden=32, heads=4, layers=2, ff=64, vocab=120, positions=64)
 SPECIAL_VOCAB = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n"
 
 
-def tiny_config(family: str):
+def tiny_config(family: str, layers: int = TINY["layers"]):
     """A `transformers` config of the given family, small enough for unit tests."""
     from transformers import BertConfig, ElectraConfig, GPT2Config, RobertaConfig
 
     common = dict(
         vocab_size=TINY["vocab"],
         hidden_size=TINY["hidden"],
-        num_hidden_layers=TINY["layers"],
+        num_hidden_layers=layers,
         num_attention_heads=TINY["heads"],
         intermediate_size=TINY["ff"],
         hidden_dropout_prob=0.0,
@@ -45,7 +45,7 @@ def tiny_config(family: str):
         return GPT2Config(
             vocab_size=TINY["vocab"],
             n_embd=TINY["hidden"],
-            n_layer=TINY["layers"],
+            n_layer=layers,
             n_head=TINY["heads"],
             n_positions=TINY["positions"],
             resid_pdrop=0.0,
@@ -53,7 +53,7 @@ def tiny_config(family: str):
             attn_pdrop=0.0,
         )
     if family in DECODERS:
-        return tiny_decoder_config(family)
+        return tiny_decoder_config(family, layers)
     raise ValueError(family)
 
 
@@ -62,9 +62,9 @@ DECODERS = (*decoders.MODEL_TYPES, *neox.MODEL_TYPES)
 WINDOW = 4  # sliding windows shorter than the tiny batches, so that they take effect
 
 
-def tiny_decoder_config(model_type: str):
-    """A 2-layer decoder with grouped-query attention (4 query heads, 2 key/value heads),
-    biases where the type allows them, a short sliding window on the types that have one,
+def tiny_decoder_config(model_type: str, layers: int = TINY["layers"]):
+    """A decoder (2 layers by default) with grouped-query attention (4 query heads, 2 key/value
+    heads), biases where the type allows them, a short sliding window on the types that have one,
     soft-capping on, and every other switch of the type set so that it takes effect."""
     from transformers import AutoConfig
 
@@ -72,7 +72,7 @@ def tiny_decoder_config(model_type: str):
         vocab_size=TINY["vocab"],
         hidden_size=TINY["hidden"],
         intermediate_size=TINY["ff"],
-        num_hidden_layers=TINY["layers"],
+        num_hidden_layers=layers,
         num_attention_heads=TINY["heads"],
         num_key_value_heads=2,
         head_dim=TINY["hidden"] // TINY["heads"],
@@ -82,7 +82,9 @@ def tiny_decoder_config(model_type: str):
         eos_token_id=3,
         tie_word_embeddings=False,
     )
-    two_kinds = ["sliding_attention", "full_attention"]
+    two_kinds = ["sliding_attention", "full_attention"] * (layers // 2) + ["sliding_attention"] * (
+        layers % 2
+    )
     extra = {
         "llama": dict(attention_bias=True, mlp_bias=True),
         "mistral": dict(sliding_window=WINDOW),
@@ -122,12 +124,12 @@ def tiny_decoder_config(model_type: str):
     return AutoConfig.for_model(model_type, **{**settings, **extra})
 
 
-def tiny_model(family: str, seed: int = 0, head: str = "base"):
+def tiny_model(family: str, seed: int = 0, head: str = "base", layers: int = TINY["layers"]):
     """A tiny random model in eval mode with eager attention (head: base, mlm or causal)."""
     from transformers import AutoModel, AutoModelForMaskedLM
 
     torch.manual_seed(seed)
-    config = tiny_config(family)
+    config = tiny_config(family, layers)
     config._attn_implementation = "eager"
     cls = AutoModelForMaskedLM if head == "mlm" else AutoModel
     if head == "causal":
@@ -214,14 +216,16 @@ def write_tiny_store(tmp_path, family: str, batch: int = 4, length: int = 16, he
     return store, model
 
 
-def write_tiny_model_run(tmp_path, family: str, batch: int = 4, length: int = 16, head="base"):
+def write_tiny_model_run(
+    tmp_path, family: str, batch: int = 4, length: int = 16, head="base", layers=TINY["layers"]
+):
     """(hidden_states.h5, model, manifest.json) as the workflow leaves them for a rule script:
     the tiny model saved as a folder with a tokenizer file, its manifest, and states made with
     the manifest's weights hash. A saved tokenizer in `tmp_path / "model"` is kept."""
     from attnscope.pipeline.extract import extract, manifest_attrs
     from attnscope.pipeline.models import build_manifest, write_manifest
 
-    model = tiny_model(family, head=head)
+    model = tiny_model(family, head=head, layers=layers)
     folder = tmp_path / "model"
     model.save_pretrained(folder)
     if not (folder / "tokenizer.json").exists():

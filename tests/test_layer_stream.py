@@ -15,7 +15,7 @@ from attnscope.architectures import StreamingUnavailableError
 from attnscope.data.corpora import encode_corpus, write_encoded
 from attnscope.pipeline.config_checks import ConfigError, check_models
 from attnscope.pipeline.extract import extract, extract_streamed
-from attnscope.pipeline.layer_stream import LayerStream, extraction_route
+from attnscope.pipeline.layer_stream import LayerStream, loading_route
 from attnscope.pipeline.models import resolve_folder
 from conftest import CLASSIC, DECODERS, SPECIAL_VOCAB, tiny_model, write_tiny_encoded
 
@@ -136,25 +136,25 @@ def test_pytorch_pickles_cannot_stream_and_say_so(tmp_path):
     (folder / "model.safetensors").unlink()  # transformers 5 saves safetensors only
     torch.save(model.state_dict(), folder / "pytorch_model.bin")
     (folder / "vocab.txt").write_text(SPECIAL_VOCAB)
-    with pytest.raises(StreamingUnavailableError, match="safetensors.*extraction: whole-model"):
+    with pytest.raises(StreamingUnavailableError, match="safetensors.*loading: whole-model"):
         LayerStream(folder)
-    assert extraction_route("auto", folder, "cpu") == "whole-model"
+    assert loading_route("auto", folder, "cpu") == "whole-model"
     config = {
         "models": {"tiny": {"source": "path", "path": str(folder)}},
         "mirror": "",
         "corpora": {},
-        "extraction": "layer-streamed",
+        "loading": "layer-streamed",
     }
-    with pytest.raises(ConfigError, match="extraction: model 'tiny'.*safetensors"):
+    with pytest.raises(ConfigError, match="loading: model 'tiny'.*safetensors"):
         check_models(config)
-    check_models({**config, "extraction": "auto"})
+    check_models({**config, "loading": "auto"})
 
 
 def test_the_route_auto_streams_only_a_model_larger_than_half_the_free_memory(tmp_path):
     folder, _ = saved(tmp_path, "llama")
-    assert extraction_route("auto", folder, "cpu") == "whole-model"  # a few kB
-    assert extraction_route("layer-streamed", folder, "cpu") == "layer-streamed"
-    assert extraction_route("whole-model", folder, "cpu") == "whole-model"
+    assert loading_route("auto", folder, "cpu") == "whole-model"  # a few kB
+    assert loading_route("layer-streamed", folder, "cpu") == "layer-streamed"
+    assert loading_route("whole-model", folder, "cpu") == "whole-model"
 
 
 MEMORY_RUN = """

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from attnscope.architectures import bert, decoders, gpt2, neox
 from attnscope.architectures.base import Architecture, UnsupportedModelError, base_model
-from attnscope.core.canonical import CanonicalModel
+from attnscope.core.canonical import CanonicalLayer, CanonicalModel
 
 FAMILIES = (bert.ARCHITECTURE, gpt2.ARCHITECTURE, decoders.ARCHITECTURE, neox.ARCHITECTURE)
 BY_MODEL_TYPE = {model_type: family for family in FAMILIES for model_type in family.model_types}
@@ -24,6 +24,7 @@ __all__ = [
     "SUPPORTED_MODEL_TYPES",
     "architecture",
     "base_model",
+    "canonical_layer",
     "canonical_weights",
     "checkpoint_files",
     "has_mlm_head",
@@ -46,6 +47,11 @@ def architecture(model_type: str, what: str = "the model") -> Architecture:
 def canonical_weights(model) -> CanonicalModel:
     """Canonical weights of a loaded `transformers` model (any head)."""
     return architecture(model.config.model_type).canonical_weights(model)
+
+
+def canonical_layer(model, index: int) -> CanonicalLayer:
+    """Canonical weights of layer `index` (from 0) of a loaded model, alone."""
+    return architecture(model.config.model_type).canonical_layer(model, index)
 
 
 def prediction_head(model):
@@ -99,7 +105,7 @@ def checkpoint_files(folder: str | Path) -> dict[str, Path]:
     if not single.is_file():
         raise StreamingUnavailableError(
             f"{folder} has no safetensors weights (model.safetensors or {SAFETENSORS_INDEX}); "
-            "the layer-streamed route reads safetensors only: set extraction: whole-model"
+            "the layer-streamed route reads safetensors only: set loading: whole-model"
         )
     with safe_open(single, "pt") as f:
         return {name: single for name in f.keys()}

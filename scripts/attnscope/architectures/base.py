@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # torch is imported inside the functions: the workflow reads the registry
     import torch  # when it parses the config, in an environment without torch
 
-from attnscope.core.canonical import CanonicalLayerNorm, CanonicalModel, PredictionHead
+from attnscope.core.canonical import (
+    CanonicalLayer,
+    CanonicalLayerNorm,
+    CanonicalModel,
+    PredictionHead,
+)
 
 
 class UnsupportedModelError(ValueError):
@@ -26,6 +31,7 @@ class Architecture:
 
     model_types          `config.model_type` values the family handles
     canonical_weights    loaded model -> CanonicalModel
+    canonical_layer      (loaded model, layer index from 0) -> that layer's CanonicalLayer alone
     uses_segment_ids     config -> whether the forward pass takes token_type_ids
     attention_output     (model, layer index from 0, X [B, n, d], mask [B, n]) -> the attention
                          block's output computed by the module itself, before any residual [B, n, d]
@@ -44,6 +50,7 @@ class Architecture:
     name: str
     model_types: tuple[str, ...]
     canonical_weights: Callable[[torch.nn.Module], CanonicalModel]
+    canonical_layer: Callable[[torch.nn.Module, int], CanonicalLayer]
     uses_segment_ids: Callable[[object], bool]
     attention_output: Callable[..., torch.Tensor]
     residual_states: Callable[[torch.nn.Module, dict], list[torch.Tensor]]

@@ -61,16 +61,21 @@ def _layer(layer, config, activation, activation_name: str) -> CanonicalLayer:
     )
 
 
-def canonical_weights(model) -> CanonicalModel:
+def canonical_layer(model, index: int) -> CanonicalLayer:
     from transformers.activations import ACT2FN
 
+    config = model.config
+    layer = base_model(model).encoder.layer[index]
+    return _layer(layer, config, ACT2FN[config.hidden_act], config.hidden_act)
+
+
+def canonical_weights(model) -> CanonicalModel:
     config = model.config
     core = base_model(model)
     if getattr(core, "embeddings_project", None) is not None:
         raise UnsupportedModelError(
             f"{config.model_type} with embedding_size != hidden_size is not supported"
         )
-    activation = ACT2FN[config.hidden_act]
     emb = core.embeddings
     positions = emb.position_embeddings.weight.detach()
     if config.model_type in ROBERTA_POSITIONS:
@@ -78,7 +83,7 @@ def canonical_weights(model) -> CanonicalModel:
     return CanonicalModel(
         family="bert",
         model_type=config.model_type,
-        layers=[_layer(lay, config, activation, config.hidden_act) for lay in core.encoder.layer],
+        layers=[canonical_layer(model, i) for i in range(len(core.encoder.layer))],
         word_embeddings=emb.word_embeddings.weight.detach(),
         position_embeddings=positions,
         token_type_embeddings=emb.token_type_embeddings.weight.detach(),
@@ -160,6 +165,7 @@ ARCHITECTURE = Architecture(
     name="bert",
     model_types=("bert", "roberta", "electra", "xlm-roberta", "camembert"),
     canonical_weights=canonical_weights,
+    canonical_layer=canonical_layer,
     uses_segment_ids=uses_segment_ids,
     attention_output=attention_output,
     residual_states=hidden_states_forward,

@@ -253,13 +253,17 @@ def embedding_scale(core, config) -> float:
     return value * float(getattr(config, "embedding_multiplier", 1.0))
 
 
+def canonical_layer(model, index: int) -> CanonicalLayer:
+    return _layer(base_model(model), index, model.config)
+
+
 def canonical_weights(model) -> CanonicalModel:
     config = model.config
     core = base_model(model)
     return CanonicalModel(
         family="decoder",
         model_type=config.model_type,
-        layers=[_layer(core, i, config) for i in range(len(core.layers))],
+        layers=[canonical_layer(model, i) for i in range(len(core.layers))],
         word_embeddings=core.embed_tokens.weight.detach(),
         position_embeddings=None,
         token_type_embeddings=None,
@@ -346,6 +350,7 @@ ARCHITECTURE = Architecture(
     name="decoder",
     model_types=MODEL_TYPES,
     canonical_weights=canonical_weights,
+    canonical_layer=canonical_layer,
     uses_segment_ids=lambda config: False,
     attention_output=attention_output,
     residual_states=residual_states,

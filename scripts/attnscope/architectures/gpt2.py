@@ -60,16 +60,21 @@ def _layer(block, config, activation, index: int) -> CanonicalLayer:
     )
 
 
-def canonical_weights(model) -> CanonicalModel:
+def canonical_layer(model, index: int) -> CanonicalLayer:
     from transformers.activations import ACT2FN
 
     config = model.config
+    block = base_model(model).h[index]
+    return _layer(block, config, ACT2FN[config.activation_function], index)
+
+
+def canonical_weights(model) -> CanonicalModel:
+    config = model.config
     core = base_model(model)
-    activation = ACT2FN[config.activation_function]
     return CanonicalModel(
         family="gpt2",
         model_type=config.model_type,
-        layers=[_layer(block, config, activation, i) for i, block in enumerate(core.h)],
+        layers=[canonical_layer(model, i) for i in range(len(core.h))],
         word_embeddings=core.wte.weight.detach(),
         position_embeddings=core.wpe.weight.detach(),
         token_type_embeddings=None,
@@ -107,6 +112,7 @@ ARCHITECTURE = Architecture(
     name="gpt2",
     model_types=("gpt2",),
     canonical_weights=canonical_weights,
+    canonical_layer=canonical_layer,
     uses_segment_ids=lambda config: False,
     attention_output=attention_output,
     residual_states=residual_states,

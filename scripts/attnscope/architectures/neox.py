@@ -188,13 +188,17 @@ def final_norm(core):
     return core.final_layer_norm if hasattr(core, "final_layer_norm") else core.norm
 
 
+def canonical_layer(model, index: int) -> CanonicalLayer:
+    return _layer(base_model(model), index, model.config)
+
+
 def canonical_weights(model) -> CanonicalModel:
     config = model.config
     core = base_model(model)
     return CanonicalModel(
         family="neox",
         model_type=config.model_type,
-        layers=[_layer(core, i, config) for i in range(len(core.layers))],
+        layers=[canonical_layer(model, i) for i in range(len(core.layers))],
         word_embeddings=word_embeddings(core),
         position_embeddings=None,
         token_type_embeddings=None,
@@ -224,6 +228,7 @@ ARCHITECTURE = Architecture(
     name="neox",
     model_types=MODEL_TYPES,
     canonical_weights=canonical_weights,
+    canonical_layer=canonical_layer,
     uses_segment_ids=lambda config: False,
     attention_output=attention_output,
     residual_states=residual_states,

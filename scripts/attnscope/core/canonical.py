@@ -18,7 +18,7 @@ Each module of `attnscope.architectures` builds these from one family's `transfo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -324,8 +324,8 @@ class CanonicalModel:
 
     family: str
     model_type: str
-    layers: list[CanonicalLayer]
-    word_embeddings: torch.Tensor  # [V, d_emb]
+    layers: Sequence[CanonicalLayer]  # a list, or `StreamedLayers` (read on use)
+    word_embeddings: torch.Tensor  # [V, d_emb], or `EmbeddingRows` (rows read on indexing)
     position_embeddings: torch.Tensor | None  # [T, d_emb]
     token_type_embeddings: torch.Tensor | None  # [types, d_emb]
     embedding_ln: CanonicalLayerNorm | None
@@ -333,24 +333,31 @@ class CanonicalModel:
     embedding_scale: float = 1.0
 
     @property
+    def outline(self) -> Sequence[CanonicalLayer]:
+        """Every layer, for its shapes and settings only: the layers themselves, or those of a
+        model streamed layer by layer with their tensors on the meta device (reading them
+        loads nothing)."""
+        return getattr(self.layers, "outline", self.layers)
+
+    @property
     def n_layers(self) -> int:
         return len(self.layers)
 
     @property
     def n_heads(self) -> int:
-        return self.layers[0].n_heads
+        return self.outline[0].n_heads
 
     @property
     def d_model(self) -> int:
-        return self.layers[0].d_model
+        return self.outline[0].d_model
 
     @property
     def d_head(self) -> int:
-        return self.layers[0].d_head
+        return self.outline[0].d_head
 
     @property
     def causal(self) -> bool:
-        return self.layers[0].causal
+        return self.outline[0].causal
 
     @property
     def rotary(self) -> bool:

@@ -56,7 +56,7 @@ def check_config(config: dict, families: dict[str, Family]) -> None:
 
 def check_models(config: dict, masked_corpora: list[str] = ()) -> None:
     """Every model that is on this machine exists, has a supported architecture and a
-    tokenizer, has safetensors weights if `extraction` is layer-streamed, takes inputs as long
+    tokenizer, has safetensors weights if `loading` is layer-streamed, takes inputs as long
     as every corpus's max_length, and has a mask token if an analysis reads a corpus with
     [MASK] (`masked_corpora`) (hub models still to fetch: at acquisition)."""
     for name, spec in config["models"].items():
@@ -72,11 +72,11 @@ def check_models(config: dict, masked_corpora: list[str] = ()) -> None:
                 f"corpora {', '.join(masked_corpora)} replace pieces by [MASK] (mask_rate > 0); "
                 "give it corpora without mask_rate (e.g. analyses: {mixing: {corpora: [wiki]}})"
             )
-        if config.get("extraction") == "layer-streamed":
+        if config.get("loading") == "layer-streamed":
             try:
                 checkpoint_files(folder)
             except StreamingUnavailableError as error:
-                raise ConfigError(f"config: extraction: model {name!r}: {error}") from None
+                raise ConfigError(f"config: loading: model {name!r}: {error}") from None
         limit = family.max_positions(model_config)
         for corpus, settings in config["corpora"].items():
             if settings["max_length"] > limit:

@@ -68,9 +68,12 @@ class LayerStream:
     of every token id the corpus uses; `layer(l, inputs, X)` gives X_{l+1} from X_l [B, n, d].
     Call `load(l)` before layer l's passes and `unload(l)` after them; `inputs` are the
     forward's keyword arguments (input_ids, attention_mask, token_type_ids where used).
+    `attention`: the attention implementation (SDPA where the model has it, else eager).
     """
 
-    def __init__(self, folder: str | Path, device: str = "cpu", dtype=torch.float32):
+    def __init__(
+        self, folder: str | Path, device: str = "cpu", dtype=torch.float32, attention: str = "sdpa"
+    ):
         from transformers import AutoConfig, AutoModel
         from transformers.utils import logging
 
@@ -80,7 +83,9 @@ class LayerStream:
         self.config = AutoConfig.from_pretrained(folder)
         with torch.device("meta"):
             try:
-                model = AutoModel.from_config(self.config, attn_implementation="sdpa", dtype=dtype)
+                model = AutoModel.from_config(
+                    self.config, attn_implementation=attention, dtype=dtype
+                )
             except (ValueError, ImportError):  # a model without SDPA support
                 model = AutoModel.from_config(self.config, attn_implementation="eager", dtype=dtype)
         self.model = model.eval()
@@ -173,15 +178,27 @@ class LayerStream:
         """Free layer `layer`'s weights (back to the meta device)."""
         self.blocks[layer].to("meta")
 
+    def embedding_rows(self, ids: np.ndarray) -> torch.Tensor:
+        """The word-embedding rows of token ids `ids` [k], read from the checkpoint one row
+        each, in self.dtype on self.device.  [k, d]"""
+        key = self._checkpoint_key(self.embedding_name)
+        with self._slices([key]) as state:
+            rows = [state[key][int(i) : int(i) + 1] for i in np.asarray(ids).reshape(-1)]
+        return torch.cat(rows).to(self.device, self.dtype)
+
+    def embedding_shape(self) -> tuple[int, int]:
+        """[V, d] of the word embeddings, from the checkpoint's header."""
+        key = self._checkpoint_key(self.embedding_name)
+        with self._slices([key]) as state:
+            return tuple(state[key].get_shape())
+
     def load_embedding_rows(self, ids: np.ndarray) -> None:
         """Read the word-embedding rows of token ids `ids` only, and let the embedding module
         look token ids up in them."""
         ids = np.unique(ids)
-        key = self._checkpoint_key(self.embedding_name)
-        with self._slices([key]) as state:
-            rows = torch.cat([state[key][int(i) : int(i) + 1] for i in ids])
+        rows = self.embedding_rows(ids)
         module = self.model.get_input_embeddings()
-        module.weight = torch.nn.Parameter(rows.to(self.device, self.dtype), requires_grad=False)
+        module.weight = torch.nn.Parameter(rows, requires_grad=False)
         lookup = torch.full((int(ids.max()) + 1,), -1, dtype=torch.long, device=self.device)
         lookup[torch.from_numpy(ids).to(self.device)] = torch.arange(len(ids), device=self.device)
         module.register_forward_pre_hook(lambda module, args: (lookup[args[0]], *args[1:]))
@@ -247,7 +264,7 @@ class LayerStream:
                 self.layer_list[j] = self.blocks[j]
 
 
-# ---- which route an extraction job takes --------------------------------------------------
+# ---- which route a model job takes --------------------------------------------------------
 ROUTES = ("auto", "whole-model", "layer-streamed")
 
 
@@ -274,8 +291,8 @@ def free_memory(device: str) -> int:
     return psutil.virtual_memory().available
 
 
-def extraction_route(setting: str, folder: str | Path, device: str) -> str:
-    """The route of an extraction job: the `extraction` setting, or with `auto` the
+def loading_route(setting: str, folder: str | Path, device: str) -> str:
+    """The route of a job that reads a model: the `loading` setting, or with `auto` the
     layer-streamed route when the model's float32 weights would take more than half the
     memory free on `device`, and the whole-model route otherwise (faster when the model fits:
     one forward per batch, no state read back). A checkpoint without safetensors files takes

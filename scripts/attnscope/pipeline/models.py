@@ -267,22 +267,33 @@ def open_model(
     log=None,
     hidden_states: str | Path | None = None,
     with_head: bool = False,
+    loading: str = "whole-model",
 ) -> LoadedModel:
     """Load the model a manifest describes (eager attention, eval mode) on the resolved device,
     with its language-model head when `with_head` and the manifest's `lm_head` names one.
+
+    `loading` (the setting: auto, whole-model, layer-streamed; `layer_stream.loading_route`): on the
+    layer-streamed route the module is on the meta device but for the layers in use, and the
+    canonical weights read each layer when it is first used (`streamed_weights`).
 
     Refuses (ModelChangedError) model files that differ from the manifest, and, given the
     `hidden_states` store the job reads, states made with other weights than the manifest's.
     """
     from attnscope.pipeline.extract import check_store_weights
+    from attnscope.pipeline.layer_stream import loading_route
 
     manifest = read_manifest(manifest_path)
     check_model_unchanged(manifest, manifest_path)
     if hidden_states is not None:
         check_store_weights(hidden_states, manifest)
     device = pick_device(device_setting)
+    route = loading_route(loading, manifest["path"], device)
     if log is not None:
-        log.info("model %s on %s", manifest["name"], device)
+        log.info("model %s on %s, loading route: %s", manifest["name"], device, route)
+    if route == "layer-streamed":
+        from attnscope.pipeline.streamed_weights import streamed_model
+
+        return LoadedModel(manifest, device, *streamed_model(manifest["path"], device))
     head = manifest.get("lm_head") if with_head else None
     model = load_model(manifest["path"], device, head=head)
     return LoadedModel(manifest, device, model, canonical_weights(model))

@@ -132,8 +132,8 @@ def analyse_corpus(
     maps.attrs["layers"] = "1-based"
     maps.attrs["description"] = "{scope}/{layer} [seq, query i, key j]: ||z_ij|| or weights"
     maps.attrs["ig_steps"] = ig_steps
-    maps.attrs["causal"] = bool(weights.layers[0].causal)
-    maps.attrs["sliding_window"] = [layer.sliding_window or 0 for layer in weights.layers]
+    maps.attrs["causal"] = bool(weights.causal)
+    maps.attrs["sliding_window"] = [layer.sliding_window or 0 for layer in weights.outline]
     stored_exact = store.attrs.get("dtype", "float32") == "float32"
     ratios = MixingRatios(SCOPES, weights.n_layers)
     rsa = ScopeRSA(SCOPES, weights.n_layers)

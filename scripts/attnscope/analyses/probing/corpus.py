@@ -94,7 +94,7 @@ def syntax_pass(store, weights, metas, sources, features: h5py.File | None, **st
 
     if any("heads" not in m or "relations" not in m for m in metas):
         raise ValueError("the syntax corpus has no gold heads: use a corpus of kind ewt")
-    causal = weights.layers[0].causal
+    causal = weights.causal
     counts = SyntaxCounts(relation_names(metas))
     n_words = np.array([len(m["words"]) for m in metas])
     writer = None
@@ -126,7 +126,7 @@ def coref_pass(store, weights, metas, sources, **stream):
 
     if any("pronoun" not in m for m in metas):
         raise ValueError("the coreference corpus has no pronoun annotations: use kind gap")
-    causal = weights.layers[0].causal
+    causal = weights.causal
     counts = CorefCounts()
 
     def on_batch(batch, batch_metas, batch_n_words, source_matrix):
