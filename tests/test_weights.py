@@ -392,7 +392,7 @@ def run_script(name, inputs, outputs, device="cpu", **params):
         input=Namedlist(fromdict={k: str(v) for k, v in inputs.items()}),
         output=Namedlist(fromdict={k: str(v) for k, v in outputs.items()}),
         params=SimpleNamespace(**params),
-        config={"device": device},
+        config={"device": device, "loading": "auto"},
         log=[],
         rule=name,
     )
