@@ -334,8 +334,8 @@ class CanonicalModel:
 
     @property
     def outline(self) -> Sequence[CanonicalLayer]:
-        """Every layer, for its shapes and settings only: the layers themselves, or those of a
-        model streamed layer by layer with their tensors on the meta device (reading them
+        """Every layer, for its shapes, settings and norms: the layers themselves, or those of
+        a model streamed layer by layer with their matrices on the meta device (reading them
         loads nothing)."""
         return getattr(self.layers, "outline", self.layers)
 

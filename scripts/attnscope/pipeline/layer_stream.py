@@ -2,7 +2,8 @@
 
 `LayerStream` builds the model's own `transformers` module on the meta device (no memory),
 loads its frame (position tables, norms, the rotary buffers: everything outside the layers
-and the word embeddings) and then one layer's tensors at a time, straight from the
+and the word embeddings; and every layer's vectors, its norm weights and biases, which are
+small) and then one layer's matrices at a time, straight from the
 checkpoint's safetensors files through the library's own loader (its renamings and weight
 conversions included: Mixtral's per-expert tensors become one fused tensor). The word
 embeddings are read by the rows a corpus uses only.
@@ -148,7 +149,10 @@ class LayerStream:
             and not name.startswith(inside)
             and name != self.embedding_name
         ]
-        self._load(keys)
+        inside_keys = [k for k in self.files if self._module_name(k).startswith(inside)]
+        with self._slices(inside_keys) as state:
+            self.vector_keys = {k for k in inside_keys if len(state[k].get_shape()) == 1}
+        self._load(keys + sorted(self.vector_keys))
         for module in self.model.modules():
             meta = [n for n, b in module.named_buffers(recurse=False) if b.device.type == "meta"]
             for name in meta:
@@ -165,9 +169,11 @@ class LayerStream:
         ]
 
     def load(self, layer: int) -> None:
-        """Read layer `layer`'s tensors (and only those) into its module."""
+        """Read layer `layer`'s matrices (and only those: its vectors are held) into its
+        module."""
         inside = f"{self.layers_path}.{layer}."
-        self._load([k for k in self.files if self._module_name(k).startswith(inside)])
+        keys = [k for k in self.files if self._module_name(k).startswith(inside)]
+        self._load([k for k in keys if k not in self.vector_keys])
         missing = [n for n, p in self.blocks[layer].named_parameters() if p.device.type == "meta"]
         if missing:
             raise StreamingUnavailableError(
@@ -175,8 +181,12 @@ class LayerStream:
             )
 
     def unload(self, layer: int) -> None:
-        """Free layer `layer`'s weights (back to the meta device)."""
-        self.blocks[layer].to("meta")
+        """Free layer `layer`'s matrices (back to the meta device); its vectors stay."""
+        for module in self.blocks[layer].modules():
+            for name, tensor in list(module.named_parameters(recurse=False)):
+                if tensor.dim() > 1:
+                    meta = torch.nn.Parameter(tensor.to("meta"), requires_grad=False)
+                    setattr(module, name, meta)
 
     def embedding_rows(self, ids: np.ndarray) -> torch.Tensor:
         """The word-embedding rows of token ids `ids` [k], read from the checkpoint one row

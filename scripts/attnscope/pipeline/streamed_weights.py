@@ -2,15 +2,16 @@
 
 `streamed_model(folder, device)` gives the model's own modules on the meta device (a
 `LayerStream`, its frame loaded) and a `CanonicalModel` whose layers load on first use:
-`weights.layers[l]` reads layer l's tensors from the checkpoint, keeps its module loaded (so
+`weights.layers[l]` reads layer l's matrices from the checkpoint, keeps its module loaded (so
 that `Architecture.attention_output` runs the real module) and returns its canonical form,
-until `KEEP` newer layers have been used; then the module goes back to the meta device.
+until another layer is read; then its matrices go back to the meta device.
 `weights.word_embeddings[ids]` reads the rows of those ids only.
 
-The analyses walk the layers in order (layer l, then l + 1 for the norm that closes layer
-l in a pre-LN model), so each layer is read once and at most `KEEP` layers' weights are held,
-whatever the depth. `weights.outline` gives every layer's shapes and settings (its tensors on
-the meta device) without reading any.
+`weights.outline` gives every layer's shapes and settings without reading a matrix: its
+matrices are on the meta device, its norms real (the stream holds every layer's vectors).
+The norm that closes layer l in a pre-LN model, layer l + 1's, is read from it. The analyses
+walk the layers in order, so each layer is read once and one layer's matrices are held,
+whatever the depth.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from attnscope.architectures import canonical_layer, canonical_weights
 from attnscope.core.canonical import CanonicalLayer, CanonicalModel
 from attnscope.pipeline.layer_stream import LayerStream
 
-KEEP = 2  # layers held: the one analysed and the next (its norm closes a pre-LN layer)
+KEEP = 1  # layers whose matrices are held: the one analysed
 
 
 class StreamedLayers(Sequence):
@@ -35,7 +36,7 @@ class StreamedLayers(Sequence):
 
     def __init__(self, stream: LayerStream, outline: list[CanonicalLayer]):
         self.stream = stream
-        self.outline = outline  # the layers' shapes and settings, tensors on the meta device
+        self.outline = outline  # shapes, settings and norms; matrices on the meta device
         self.held: OrderedDict[int, CanonicalLayer] = OrderedDict()
         self.reads = 0  # how many times a layer was read from the checkpoint
 

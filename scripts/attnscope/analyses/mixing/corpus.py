@@ -91,7 +91,7 @@ def layer_scope_maps(
     Invisible pairs and padding rows are 0.
     """
     layer = weights.layers[l]
-    closing = closing_layer_norm(weights.layers, weights.final_ln, l)
+    closing = closing_layer_norm(weights.outline, weights.final_ln, l)
     y = architecture(model.config.model_type).attention_output(model, l, X, mask)
     reference = reference_outputs(X, y, layer, closing, X_next)
     maps = weight_maps(attention_probs(X, mask, layer))

@@ -73,7 +73,7 @@ def propagate(
         X = state(index)
         X = carried.total() if X is None else X
         X_next = state(index + 1)
-        closing = closing_layer_norm(weights.layers, weights.final_ln, index)
+        closing = closing_layer_norm(weights.outline, weights.final_ln, index)
         y = arch.attention_output(model, index, X, mask)
         reference = reference_outputs(X, y, layer, closing, X_next)
         extra: dict = {}
