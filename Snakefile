@@ -63,7 +63,11 @@ onstart:
     from attnscope.pipeline.models import check_local_device
 
     if workflow.local_exec:
-        check_local_device(config["device"])
+        check_local_device(config["device"], config["compute_dtype"])
+    # The stores still to write, printed; a disk without room for them stops the run here.
+    from attnscope.pipeline.disk_estimate import check_disk_space
+
+    check_disk_space(config, FAMILIES)
     # Writers killed with kill -9 leave `<output>.partial` files; only those whose lock no
     # live writer holds (of this run or another in the same folder) are removed.
     from attnscope.core.files import remove_stale_partials

@@ -4,8 +4,10 @@ against whole-model.
 Random checkpoints at real models' shapes (random weights cost what real ones do), written
 layer by layer in bfloat16 as sharded safetensors (one shard per layer, never the whole model
 in memory), and one encoded corpus of `--sequences` random sequences of `--length` pieces.
-Each step runs in a fresh process, as its rule would; its peak RSS is the process's own
-VmHWM. The analyses read the states the same route's extraction stored.
+Each step runs in a fresh process with the allocator settings of its rule's job
+(`runlog.keep_freed_memory`, and `runlog.release_freed_memory` on the layer-streamed route);
+its peak RSS is the process's own VmHWM. The analyses read the states the same route's
+extraction stored.
 
 shapes   llama-1b, llama-3b, llama-8b: Llama-3.2-1B, Llama-3.2-3B and Llama-3.1-8B configs
          (grouped-query attention, 128,256-piece vocabulary); bert-base: BERT-base's config;
@@ -13,10 +15,11 @@ shapes   llama-1b, llama-3b, llama-8b: Llama-3.2-1B, Llama-3.2-3B and Llama-3.1-
 routes   streamed (`extract_streamed`, `streamed_model`) for every shape; whole (the bare model
          loaded in float32) for the shapes given to --whole (the model must fit in memory)
 steps    extract, norms (the norm-based analysis), mixing (whole-layer mixing, exact FF split)
+--compute-dtype  the extraction's forward type (float32, bfloat16, float16; analyses: float32)
 
 Run: .venv/bin/python benchmarks/bench_scale.py [--shapes llama-1b llama-3b llama-8b]
      [--whole llama-1b bert-base] [--folder /tmp/attnscope-scale] [--sequences 4]
-     [--length 128] [--device cpu] [--steps extract norms mixing]
+     [--length 128] [--device cpu] [--steps extract norms mixing] [--compute-dtype float32]
 """
 
 from __future__ import annotations
@@ -153,16 +156,22 @@ from attnscope.analyses.mixing.corpus import analyse_corpus as mixing
 from attnscope.analyses.norms.corpus import analyse_corpus as norms
 from attnscope.architectures import canonical_weights
 from attnscope.core.store import HiddenStates
+from attnscope.pipeline import runlog
 from attnscope.pipeline.extract import extract, extract_streamed
 from attnscope.pipeline.streamed_weights import streamed_model
-folder, encoded, states, step, route, device = sys.argv[1:7]
+folder, encoded, states, step, route, device, compute = sys.argv[1:8]
+runlog.keep_freed_memory()  # the allocator settings of the rule jobs (runlog.start, open_model)
+if route == "streamed":
+    runlog.release_freed_memory()
 start = time.perf_counter()
 if step == "extract":
+    run = dict(batch_size=4, device=device, compute_dtype=compute)
     if route == "streamed":
-        extract_streamed(folder, encoded, states, batch_size=4, device=device)
+        extract_streamed(folder, encoded, states, **run)
     else:
-        model = AutoModel.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
-        extract(model.to(device), encoded, states, batch_size=4, device=device)
+        dtype = getattr(torch, compute)
+        model = AutoModel.from_pretrained(folder, dtype=dtype, attn_implementation="eager")
+        extract(model.to(device), encoded, states, **run)
 else:
     if route == "streamed":
         model, weights = streamed_model(folder, device)
@@ -182,12 +191,14 @@ print(seconds, peak)
 """
 
 
-def run(model: Path, encoded: Path, step: str, route: str, device: str) -> tuple[float, float]:
+def run(
+    model: Path, encoded: Path, step: str, route: str, device: str, compute: str
+) -> tuple[float, float]:
     """(seconds, peak RSS in MiB) of one step in a fresh process."""
     states = encoded.parent / f"states-{route}.h5"
     code = RUN.format(scripts=str(SCRIPTS))
     command = [sys.executable, "-c", code, str(model), str(encoded), str(states), step, route]
-    done = subprocess.run([*command, device], capture_output=True, text=True)
+    done = subprocess.run([*command, device, compute], capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(done.stderr[-3000:])
     seconds, peak = done.stdout.split()[-2:]
@@ -203,6 +214,7 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--steps", nargs="+", default=["extract", "norms", "mixing"])
+    parser.add_argument("--compute-dtype", default="float32", help="the extraction's type")
     args = parser.parse_args()
     print("shape\tparameters\tcheckpoint_GB\tstep\troute\tseconds\tpeak_rss_MiB", flush=True)
     for shape in args.shapes:
@@ -231,7 +243,7 @@ def main() -> None:
         write_corpus(encoded, vocab, args.sequences, args.length)
         for route in ["streamed"] + (["whole"] if shape in args.whole else []):
             for step in ["extract", *(s for s in args.steps if s != "extract")]:
-                seconds, peak = run(model, encoded, step, route, args.device)
+                seconds, peak = run(model, encoded, step, route, args.device, args.compute_dtype)
                 row = [shape, f"{parameters:,}", f"{size / 1e9:.1f}", step, route]
                 print("\t".join([*row, f"{seconds:.1f}", f"{peak:.0f}"]), flush=True)
             for stored in folder.glob(f"states-{route}.h5*"):

@@ -9,6 +9,7 @@ FAMILIES = families()
 check_config(config, FAMILIES)  # every cross-field check, before any job
 MODELS = list(config["models"])
 CORPORA = list(config["corpora"])
+SHARDS = config["shards"]
 
 
 wildcard_constraints:
@@ -16,6 +17,7 @@ wildcard_constraints:
     corpus="|".join(CORPORA),
     family="|".join(FAMILIES),
     figure="[A-Za-z0-9_]+",
+    shard="[0-9]+",
 
 
 def canonical(value):
@@ -61,6 +63,24 @@ def gpu_count(wildcards=None):
 def partition(wildcards=None):
     """The cluster partition of a job: the GPU partition exactly when it asks for a GPU."""
     return config["cluster"]["gpu_partition" if gpu_count() else "cpu_partition"]
+
+
+def shard_files(family_name, suffix, wildcards):
+    """The layer shards' files (`{shard}.pkl` accumulators, `{shard}.h5` maps) that a sharded
+    family's gathering job reads (none with one shard)."""
+    pattern = FAMILIES[family_name].shard_file(suffix)
+    shards = range(1, SHARDS + 1) if SHARDS > 1 else []
+    return [pattern.format(**wildcards, shard=k) for k in shards]
+
+
+def gather_gpu_count(wildcards=None):
+    """GPUs of the jobs that gather layer shards (norms_compute, mixing_compute, weights_stats,
+    position_corpus): none when there are shards to merge."""
+    return 0 if SHARDS > 1 else gpu_count()
+
+
+def gather_partition(wildcards=None):
+    return config["cluster"]["gpu_partition" if gather_gpu_count() else "cpu_partition"]
 
 
 def manifest(wildcards):

@@ -20,5 +20,6 @@ rule extract_hidden_states:
     params:
         batch_size=config["batch_size"],
         dtype=config["dtype"],
+        compute_dtype=config["compute_dtype"],
     script:
         "../scripts/extract_hidden_states.py"

@@ -3,6 +3,11 @@
 
 MIXING = config["analyses"]["mixing"]
 MIXING_OUT = FAMILIES["mixing"]
+MIXING_PARAMS = dict(
+    batch_size=MIXING["batch_size"],
+    ig_steps=MIXING["ig_steps"],
+    maps_dtype=MIXING["maps_dtype"],
+)
 
 
 rule mixing:
@@ -10,10 +15,37 @@ rule mixing:
         family_targets("mixing"),
 
 
+# With shards: S > 1, S mixing_shard jobs analyse a block of layers each and mixing_compute
+# gathers them (scripts/attnscope/pipeline/shards.py).
+rule mixing_shard:
+    input:
+        manifest=manifest,
+        hidden_states=hidden_states,
+    output:
+        part=temp(MIXING_OUT.shard_file("pkl")),
+        maps=temp(MIXING_OUT.shard_file("h5")),
+    log:
+        "results/{model}/{corpus}/logs/mixing_shard_{shard}.log",
+    benchmark:
+        "results/{model}/{corpus}/benchmarks/mixing_shard_{shard}.tsv"
+    conda:
+        "../envs/model.yaml"
+    threads: 4
+    resources:
+        gpu=gpu_count,
+        slurm_partition=partition,
+    params:
+        **MIXING_PARAMS,
+    script:
+        "../scripts/mixing_compute.py"
+
+
 rule mixing_compute:
     input:
         manifest=manifest,
         hidden_states=hidden_states,
+        parts=lambda wildcards: shard_files("mixing", "pkl", wildcards),
+        part_maps=lambda wildcards: shard_files("mixing", "h5", wildcards),
     output:
         **{
             file.split(".")[0]: MIXING_OUT.table(file)
@@ -28,12 +60,10 @@ rule mixing_compute:
         "../envs/model.yaml"
     threads: 4
     resources:
-        gpu=gpu_count,
-        slurm_partition=partition,
+        gpu=gather_gpu_count,
+        slurm_partition=gather_partition,
     params:
-        batch_size=MIXING["batch_size"],
-        ig_steps=MIXING["ig_steps"],
-        maps_dtype=MIXING["maps_dtype"],
+        **MIXING_PARAMS,
     script:
         "../scripts/mixing_compute.py"
 

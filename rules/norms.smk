@@ -3,6 +3,14 @@
 
 NORMS = config["analyses"]["norms"]
 NORMS_OUT = FAMILIES["norms"]
+NORMS_PARAMS = dict(
+    batch_size=config["batch_size"],
+    seed=NORMS["seed"],
+    spearman_sample_size=NORMS["spearman_sample_size"],
+    sample_rate=NORMS["sample_rate"],
+    scatter_max_points=NORMS["scatter_max_points"],
+    maps_dtype=NORMS["maps_dtype"],
+)
 
 
 rule norms:
@@ -29,10 +37,37 @@ rule norms_affine:
         "../scripts/norms_affine.py"
 
 
+# With shards: S > 1, S norms_shard jobs analyse a block of layers each and norms_compute
+# gathers them (scripts/attnscope/pipeline/shards.py).
+rule norms_shard:
+    input:
+        manifest=manifest,
+        hidden_states=hidden_states,
+    output:
+        part=temp(NORMS_OUT.shard_file("pkl")),
+        maps=temp(NORMS_OUT.shard_file("h5")),
+    log:
+        "results/{model}/{corpus}/logs/norms_shard_{shard}.log",
+    benchmark:
+        "results/{model}/{corpus}/benchmarks/norms_shard_{shard}.tsv"
+    conda:
+        "../envs/model.yaml"
+    threads: 4
+    resources:
+        gpu=gpu_count,
+        slurm_partition=partition,
+    params:
+        **NORMS_PARAMS,
+    script:
+        "../scripts/norms_compute.py"
+
+
 rule norms_compute:
     input:
         manifest=manifest,
         hidden_states=hidden_states,
+        parts=lambda wildcards: shard_files("norms", "pkl", wildcards),
+        part_maps=lambda wildcards: shard_files("norms", "h5", wildcards),
     output:
         **{
             file.split(".")[0]: NORMS_OUT.table(file)
@@ -48,14 +83,9 @@ rule norms_compute:
         "../envs/model.yaml"
     threads: 4
     resources:
-        gpu=gpu_count,
-        slurm_partition=partition,
+        gpu=gather_gpu_count,
+        slurm_partition=gather_partition,
     params:
-        batch_size=config["batch_size"],
-        seed=NORMS["seed"],
-        spearman_sample_size=NORMS["spearman_sample_size"],
-        sample_rate=NORMS["sample_rate"],
-        scatter_max_points=NORMS["scatter_max_points"],
-        maps_dtype=NORMS["maps_dtype"],
+        **NORMS_PARAMS,
     script:
         "../scripts/norms_compute.py"

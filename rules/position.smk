@@ -5,6 +5,13 @@
 
 POSITION = config["analyses"]["position"]
 POSITION_OUT = FAMILIES["position"]
+POSITION_SCAN_PARAMS = dict(
+    t_max=POSITION["t_max"],
+    xcorr_t_max=POSITION["xcorr_t_max"],
+    include_bias=POSITION["include_bias"],
+    heads=POSITION["heads"],
+    batch_size=config["batch_size"],
+)
 
 
 rule position:
@@ -46,10 +53,35 @@ rule position_svd:
         "../scripts/position_svd.py"
 
 
+# With shards: S > 1, S position_shard jobs scan a block of layers each and position_corpus
+# gathers them (scripts/attnscope/pipeline/shards.py).
+rule position_shard:
+    input:
+        manifest=manifest,
+        hidden_states=hidden_states,
+    output:
+        part=temp(POSITION_OUT.shard_file("pkl")),
+    log:
+        "results/{model}/{corpus}/logs/position_shard_{shard}.log",
+    benchmark:
+        "results/{model}/{corpus}/benchmarks/position_shard_{shard}.tsv"
+    conda:
+        "../envs/model.yaml"
+    threads: 4
+    resources:
+        gpu=gpu_count,
+        slurm_partition=partition,
+    params:
+        **POSITION_SCAN_PARAMS,
+    script:
+        "../scripts/position_corpus.py"
+
+
 rule position_corpus:
     input:
         manifest=manifest,
         hidden_states=hidden_states,
+        parts=lambda wildcards: shard_files("position", "pkl", wildcards),
     output:
         trt=POSITION_OUT.table("trt.tsv.gz"),
         spectra=POSITION_OUT.table("spectra.tsv"),
@@ -66,14 +98,10 @@ rule position_corpus:
         "../envs/model.yaml"
     threads: 4
     resources:
-        gpu=gpu_count,
-        slurm_partition=partition,
+        gpu=gather_gpu_count,
+        slurm_partition=gather_partition,
     params:
-        t_max=POSITION["t_max"],
-        xcorr_t_max=POSITION["xcorr_t_max"],
-        include_bias=POSITION["include_bias"],
-        heads=POSITION["heads"],
-        batch_size=config["batch_size"],
+        **POSITION_SCAN_PARAMS,
     script:
         "../scripts/position_corpus.py"
 

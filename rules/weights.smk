@@ -10,10 +10,35 @@ rule weights:
         family_targets("weights"),
 
 
+# With shards: S > 1, S weights_shard jobs analyse a block of layers each and weights_stats
+# gathers them (scripts/attnscope/pipeline/shards.py).
+rule weights_shard:
+    input:
+        manifest=manifest,
+        hidden_states=hidden_states,
+    output:
+        part=temp(WEIGHTS_OUT.shard_file("pkl")),
+    log:
+        "results/{model}/{corpus}/logs/weights_shard_{shard}.log",
+    benchmark:
+        "results/{model}/{corpus}/benchmarks/weights_shard_{shard}.tsv"
+    conda:
+        "../envs/model.yaml"
+    threads: 4
+    resources:
+        gpu=gpu_count,
+        slurm_partition=partition,
+    params:
+        batch_size=config["batch_size"],
+    script:
+        "../scripts/weights_stats.py"
+
+
 rule weights_stats:
     input:
         manifest=manifest,
         hidden_states=hidden_states,
+        parts=lambda wildcards: shard_files("weights", "pkl", wildcards),
     output:
         heads=WEIGHTS_OUT.table("heads.tsv"),
         layers=WEIGHTS_OUT.table("layers.tsv"),
@@ -25,8 +50,8 @@ rule weights_stats:
         "../envs/model.yaml"
     threads: 4
     resources:
-        gpu=gpu_count,
-        slurm_partition=partition,
+        gpu=gather_gpu_count,
+        slurm_partition=gather_partition,
     params:
         batch_size=config["batch_size"],
     script:

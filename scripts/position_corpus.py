@@ -1,51 +1,38 @@
 """The corpus-level position analyses: tr_t(A), spectra of X/Q/K, eigen-waves, xcov/xcorr, and
-the identity checks, in one streaming pass over the stored layer inputs. On a rotary model
-only tr_t(A) applies (the rest analyse the bilinear form x W^A x^T): its other tables say so."""
+the identity checks, in one streaming pass over the stored layer inputs: all layers in one job,
+one layer shard's (rule position_shard), or the shards gathered. On a rotary model only
+tr_t(A) applies (the rest analyse the bilinear form x W^A x^T): its other tables say so."""
 
 from attnscope.analyses.position import scan as position_scan
 from attnscope.analyses.position.diagonals import select_heads
 from attnscope.core.files import write_table
-from attnscope.core.store import HiddenStates
 from attnscope.core.tables import not_applicable
 from attnscope.pipeline import runlog
-from attnscope.pipeline.models import open_model
+from attnscope.pipeline.shards import sharded_analysis
 
 log = runlog.start(snakemake)
 params = snakemake.params
 output = snakemake.output
-loaded = open_model(
-    snakemake.input.manifest,
-    snakemake.config["device"],
-    log,
-    hidden_states=snakemake.input.hidden_states,
-    loading=snakemake.config["loading"],
-)
-manifest, weights, device = loaded.manifest, loaded.weights, loaded.device
 offsets = list(range(-params.t_max, params.t_max + 1))
-with HiddenStates(snakemake.input.hidden_states) as store:
-    log.info("%s: %d sequences on %s", manifest["name"], store.n_sequences, device)
-    if weights.rotary:
-        trt = position_scan.scan_trt(
-            store, weights, t_max=params.t_max, batch_size=params.batch_size, device=device
-        )
-    else:
-        result = position_scan.scan(
-            store,
-            weights,
-            t_max=params.t_max,
-            xcorr_t_max=params.xcorr_t_max,
-            include_bias=params.include_bias,
-            batch_size=params.batch_size,
-            device=device,
-            log=log,
-        )
-        trt = result.trt
-if weights.rotary:
-    log.info("rotary model: only tr_t(A) applies")
-    skipped = not_applicable("rotary model (scores are not x W^A x^T)")
-    for name in ("identity", "xcov_sum", "spectra", "shifts", "g_map", "xcorr"):
-        write_table(skipped, output[name])
-else:
+
+
+def analyse(loaded, store, maps, layers):
+    common = dict(t_max=params.t_max, batch_size=params.batch_size, device=loaded.device)
+    if loaded.weights.rotary:  # tr_t(A) alone: an array [N, L, H, T]
+        return position_scan.scan_trt(store, loaded.weights, **common, layers=layers)
+    return position_scan.scan(
+        store,
+        loaded.weights,
+        **common,
+        xcorr_t_max=params.xcorr_t_max,
+        include_bias=params.include_bias,
+        log=log,
+        layers=layers,
+    )
+
+
+result = sharded_analysis(snakemake, log, analyse)
+if isinstance(result, position_scan.ScanResult):
     heads = select_heads(position_scan.mean_trt(result), result.offsets, params.heads)
     log.info("heads for g(f, theta) and xcorr (layer, head): %s", heads)
     write_table(position_scan.identity_table(result), output.identity)
@@ -58,4 +45,10 @@ else:
     write_table(position_scan.shifts_table(result), output.shifts)
     write_table(position_scan.g_map_table(result, heads), output.g_map)
     write_table(position_scan.xcorr_table(result, heads), output.xcorr)
-write_table(position_scan.trt_table(trt, offsets), output.trt)
+    write_table(position_scan.trt_table(result.trt, offsets), output.trt)
+elif result is not None:
+    log.info("rotary model: only tr_t(A) applies")
+    skipped = not_applicable("rotary model (scores are not x W^A x^T)")
+    for name in ("identity", "xcov_sum", "spectra", "shifts", "g_map", "xcorr"):
+        write_table(skipped, output[name])
+    write_table(position_scan.trt_table(result, offsets), output.trt)

@@ -1,4 +1,7 @@
-"""Gradient importance of attention per layer and category, or a "not applicable" table."""
+"""Gradient importance of attention per layer and category, or a "not applicable" table: by a
+whole-model backward, or with `loading: layer-streamed` layer by layer (one layer in memory)."""
+
+from pathlib import Path
 
 from attnscope.analyses.weights.gradients import gradient_importance, not_applicable
 from attnscope.architectures import load_model
@@ -6,6 +9,7 @@ from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates
 from attnscope.pipeline import runlog
 from attnscope.pipeline.extract import check_store_weights
+from attnscope.pipeline.layer_stream import loading_route
 from attnscope.pipeline.models import check_model_unchanged, pick_device, read_manifest
 
 log = runlog.start(snakemake)
@@ -22,21 +26,32 @@ with HiddenStates(snakemake.input.hidden_states) as store:
     else:
         from transformers import AutoTokenizer
 
-        log.info("model %s with its %s LM head on %s", manifest["name"], head, device)
-        model = load_model(manifest["path"], device, head=head)
         mask_token_id = None  # causal LM: the next-token loss, nothing masked
         if head == "masked":
             mask_token_id = AutoTokenizer.from_pretrained(manifest["path"]).mask_token_id
-        table = gradient_importance(
-            model,
-            store,
-            mask_token_id,
-            params.mask_rate,
-            params.seed,
-            params.batch_size,
-            device,
-            params.n_sequences or None,
-            log,
+        route = loading_route(snakemake.config["loading"], manifest["path"], device)
+        log.info(
+            "model %s with its %s LM head on %s, route %s", manifest["name"], head, device, route
         )
+        settings = dict(
+            mask_token_id=mask_token_id,
+            rate=params.mask_rate,
+            seed=params.seed,
+            batch_size=params.batch_size,
+            device=device,
+            limit=params.n_sequences or None,
+            log=log,
+        )
+        if route == "layer-streamed":
+            from attnscope.pipeline.streamed_backward import streamed_gradient_importance
+
+            runlog.release_freed_memory()
+            scratch = Path(snakemake.output[0]).parent
+            table = streamed_gradient_importance(
+                manifest["path"], store, head, scratch_folder=scratch, **settings
+            )
+        else:
+            model = load_model(manifest["path"], device, head=head)
+            table = gradient_importance(model, store, **settings)
 write_table(table, snakemake.output[0])
 log.info("wrote %s", snakemake.output[0])

@@ -1,25 +1,23 @@
-"""Per-head and per-layer attention-weight statistics of one model on one corpus (Clark 2019)."""
+"""Per-head and per-layer attention-weight statistics of one model on one corpus (Clark 2019):
+all layers in one job, one layer shard's (rule weights_shard), or the shards gathered."""
 
-from attnscope.analyses.weights.statistics import attention_statistics
+from attnscope.analyses.weights.statistics import accumulate_statistics
 from attnscope.core.files import write_table
-from attnscope.core.store import HiddenStates
 from attnscope.pipeline import runlog
-from attnscope.pipeline.models import open_model
+from attnscope.pipeline.shards import sharded_analysis
 
 log = runlog.start(snakemake)
-params = snakemake.params
 output = snakemake.output
-loaded = open_model(
-    snakemake.input.manifest,
-    snakemake.config["device"],
-    log,
-    hidden_states=snakemake.input.hidden_states,
-    loading=snakemake.config["loading"],
-)
-weights, device = loaded.weights, loaded.device
-with HiddenStates(snakemake.input.hidden_states) as store:
-    log.info("%d sequences of at most %d pieces", store.n_sequences, store.length)
-    heads, layers = attention_statistics(store, weights, params.batch_size, device)
-write_table(heads, output.heads)
-write_table(layers, output.layers)
-log.info("wrote %s and %s", output.heads, output.layers)
+
+
+def analyse(loaded, store, maps, layers):
+    batch_size = snakemake.params.batch_size
+    return accumulate_statistics(store, loaded.weights, batch_size, loaded.device, layers=layers)
+
+
+accumulator = sharded_analysis(snakemake, log, analyse)
+if accumulator is not None:
+    heads, layers = accumulator.tables()
+    write_table(heads, output.heads)
+    write_table(layers, output.layers)
+    log.info("wrote %s and %s", output.heads, output.layers)

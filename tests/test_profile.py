@@ -15,20 +15,22 @@ import yaml
 ROOT = Path(__file__).parents[1]
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 
-# Rules whose script runs the model on the configured device (config["device"]); the others
+# Rules whose script runs the model on the configured device (config["device"], read by the
+# script or by `shards.sharded_analysis` for the per-layer analyses); the others
 # (position_embeddings, position_svd) read weights on the CPU.
 MODEL_RULES = {
     path.stem
     for path in (ROOT / "scripts").glob("*.py")
-    if 'snakemake.config["device"]' in path.read_text()
+    if 'snakemake.config["device"]' in path.read_text() or "sharded_analysis(" in path.read_text()
 }
 
 
-def planned_jobs(tmp_path: Path, device: str) -> list[tuple[str, dict]]:
-    """(rule, resources) of every job the built-in workflow plans with profiles/slurm."""
+def planned_jobs(tmp_path: Path, device: str, *config: str) -> list[tuple[str, dict]]:
+    """(rule, resources) of every job the built-in workflow plans with profiles/slurm (and
+    the extra `key=value` settings `config`)."""
     profile = yaml.safe_load((ROOT / "profiles" / "slurm" / "config.yaml").read_text())
     profile.pop("software-deployment-method")  # no conda on the test machine; dry run only
-    profile["config"] = [f"device={device}", "mirror=/nonexistent"]
+    profile["config"] = [f"device={device}", "mirror=/nonexistent", *config]
     (tmp_path / "profile").mkdir()
     (tmp_path / "profile" / "config.yaml").write_text(yaml.safe_dump(profile))
     command = [
@@ -48,7 +50,7 @@ def planned_jobs(tmp_path: Path, device: str) -> list[tuple[str, dict]]:
 
 
 def test_there_are_model_rules():
-    assert {"extract_hidden_states", "norms_compute"} <= MODEL_RULES
+    assert {"extract_hidden_states", "norms_compute", "position_corpus"} <= MODEL_RULES
 
 
 @pytest.mark.parametrize("device", ["cuda", "cpu"])
@@ -61,6 +63,20 @@ def test_model_rules_and_only_they_land_on_the_gpu_partition(tmp_path, device):
         expected = "gpu" if wants_gpu else "cpu"
         assert resources.get("slurm_partition") == expected, (rule, resources)
         assert int(resources["runtime"]) > 0 and int(resources["mem_mb"]) > 0, (rule, resources)
+
+
+def test_layer_shards_take_the_gpus_and_their_gather_takes_none(tmp_path):
+    """shards: 2 with device=cuda: each norms, mixing, weights and position shard is its own
+    GPU job; the jobs that merge them ask for no GPU and run on the CPU partition."""
+    jobs = planned_jobs(tmp_path, "cuda", "shards=2")
+    sharded = {"norms": "norms_compute", "mixing": "mixing_compute"}
+    sharded |= {"weights": "weights_stats", "position": "position_corpus"}
+    for family, gather in sharded.items():
+        shards = [res for rule, res in jobs if rule == f"{family}_shard"]
+        gathers = [res for rule, res in jobs if rule == gather]
+        assert len(shards) == 2 * len(gathers) and gathers, family
+        assert all(r["gpu"] == "1" and r["slurm_partition"] == "gpu" for r in shards), family
+        assert all(r["gpu"] == "0" and r["slurm_partition"] == "cpu" for r in gathers), family
 
 
 def resolved_settings(monkeypatch, *args: str):

@@ -2,13 +2,14 @@
 
 `make test-slurm` runs this. It starts slurmctld, slurmd (and munged if none runs) from
 Debian's slurm-wlm/munge in a temp folder, runs one family's tables for a tiny random model
-with the SLURM executor (CPU overrides: device=cpu, the test cluster's partitions, no conda,
-status from squeue since there is no accounting database, rule threads capped at the node's
-2 CPUs), checks that every job but the local rules went through sbatch with as many CPUs as
-its threads, that the tables agree with a local run's within the README's promise, and stops
-the daemons it started, by pid.
-Takes about 2 to 5 minutes on 2 shared cores (1 min 47 s and 5 min 11 s measured), most of it
-the executor's status polling; the SLURM run itself is 6 jobs.
+in two layer shards with the SLURM executor (CPU overrides: device=cpu, the test cluster's
+partitions, no conda, status from squeue since there is no accounting database, rule threads
+capped at the node's 2 CPUs), checks that every job but the local rules went through sbatch
+with as many CPUs as its threads, one job per shard and one gathering them, that the tables
+and maps agree with a local one-job run's within the README's promise, and stops the daemons
+it started, by pid.
+Takes about 2 to 5 minutes on 2 shared cores (1 min 47 s and 5 min 11 s measured before the
+shards), most of it the executor's status polling.
 """
 
 from __future__ import annotations
@@ -35,7 +36,11 @@ pytestmark = [
 # The README's reproducibility promise: across thread counts, devices and machines every float
 # of a table or map agrees within this share of its column's or dataset's largest magnitude.
 PROMISED_RTOL = 1e-5
-TARGETS = ["results/tiny/wiki/norms/sep_heads.tsv", "results/tiny/wiki/norms/x_summary.tsv"]
+TARGETS = [
+    "results/tiny/wiki/norms/sep_heads.tsv",
+    "results/tiny/wiki/norms/x_summary.tsv",
+    "results/tiny/wiki/norms/attn_n_maps.h5",
+]
 
 
 @pytest.fixture(scope="module")
@@ -56,6 +61,7 @@ def test_profile_runs_every_job_through_sbatch_with_local_results(
     config["analyses"] = {name: {"enabled": False} for name in families()}
     config["analyses"]["norms"] = {"corpora": ["wiki"]}
     config["cluster"] = {"cpu_partition": "cpu", "gpu_partition": "gpu"}
+    config["shards"] = 2  # on SLURM: one job per layer of the tiny model, then the gather
     configfile = tmp_path / "config.yaml"
     configfile.write_text(yaml.safe_dump(config, sort_keys=False))
 
@@ -103,13 +109,16 @@ def test_profile_runs_every_job_through_sbatch_with_local_results(
         env=cluster.env,
     ).stdout  # fmt: skip
     finished = {line.split("|")[0]: line.split("|")[1:] for line in squeue.splitlines()}
+    rules = [re.match(r"rule_(\w+?)(_wildcards_|$)", finished[j][3]).group(1) for j in job_ids]
+    assert rules.count("norms_shard") == 2 and rules.count("norms_compute") == 1, rules
     for job_id in job_ids:
         partition, state, cpus, comment = finished[job_id]
         assert (partition, state) == ("cpu", "COMPLETED"), squeue
         rule = re.match(r"rule_(\w+?)(_wildcards_|$)", comment).group(1)
         assert int(cpus) == threads.get(rule, 1), (rule, cpus, threads)
 
-    local_run = run(tmp_path / "local", "--cores", "2", "--config", "device=cpu")
+    # one job over every layer here: the gathered shards must give its tables and maps
+    local_run = run(tmp_path / "local", "--cores", "2", "--config", "device=cpu", "shards=1")
     assert local_run.returncode == 0, (local_run.stdout + local_run.stderr)[-6000:]
     compare = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "compare_results.py"),

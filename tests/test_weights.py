@@ -392,6 +392,7 @@ def run_script(name, inputs, outputs, device="cpu", **params):
         input=Namedlist(fromdict={k: str(v) for k, v in inputs.items()}),
         output=Namedlist(fromdict={k: str(v) for k, v in outputs.items()}),
         params=SimpleNamespace(**params),
+        wildcards=Namedlist(fromdict={}),  # no `shard`: one job over every layer
         config={"device": device, "loading": "auto"},
         log=[],
         rule=name,

@@ -15,6 +15,16 @@ import yaml
 
 from attnscope.analyses.views.page import read_page
 from attnscope.core.files import sha256_of
+from attnscope.pipeline.outputs import families
+
+FAMILIES = families()
+# mixing_compute's outputs: what its shards make
+MIXING_COMPUTED = ("maps.h5", "mixing_ratio.tsv", "rsa.tsv", "decomposition_check.tsv")
+# position_corpus's outputs (the scan)
+POSITION_SCANNED = (
+    "trt.tsv.gz", "spectra.tsv", "shifts.tsv", "g_map.tsv", "xcorr.tsv", "xcov_sum.tsv",
+    "identity_check.tsv",
+)  # fmt: skip
 
 ROOT = Path(__file__).parents[1]
 MIRROR = Path(os.environ.get("ATTNSCOPE_MIRROR", ROOT.parent / "shared" / "data")).resolve()
@@ -336,10 +346,10 @@ def test_the_device_alone_reruns_nothing(tiny_run):
 
 def test_layer_streamed_loading_gives_the_whole_models_results(tiny_run, tmp_path):
     """`loading: layer-streamed` (the route for models larger than memory), run in a fresh
-    folder: extraction layer by layer and every per-layer analysis reading one layer's weights
-    at a time give every table and map the whole-model run gave (tools/compare_results.py,
-    relative tolerance 1e-5; only the config snapshot differs), and, like `device`, the
-    setting reruns nothing."""
+    folder: extraction layer by layer, every per-layer analysis reading one layer's weights
+    at a time and the gradient analysis's layerwise backward give every table and map the
+    whole-model run gave (tools/compare_results.py, relative tolerance 1e-5; only the config
+    snapshot differs), and, like `device`, the setting reruns nothing."""
     workdir, config = tiny_run
     streamed = dict(config, loading="layer-streamed")
     result = snakemake(tmp_path, streamed)
@@ -351,6 +361,8 @@ def test_layer_streamed_loading_gives_the_whole_models_results(tiny_run, tmp_pat
     for rule in ("norms_compute", "mixing_compute", "weights_stats", "position_corpus"):
         found = list((tmp_path / "results/tiny").glob(f"*/logs/{rule}.log"))
         assert found and all("loading route: layer-streamed" in p.read_text() for p in found)
+    gradients = (tmp_path / logs / "weights_gradients.log").read_text()
+    assert "masked LM head on cpu, route layer-streamed" in gradients  # the layerwise backward
     compare = [sys.executable, str(ROOT / "tools" / "compare_results.py")]
     compared = subprocess.run(
         [*compare, str(workdir / "results"), str(tmp_path / "results"), "--rtol", "1e-5"],
@@ -363,6 +375,44 @@ def test_layer_streamed_loading_gives_the_whole_models_results(tiny_run, tmp_pat
     assert rules <= {"all", "config_snapshot"}, rules
 
 
+def test_two_layer_shards_gather_the_unsharded_tables_and_maps(tiny_run, tmp_path):
+    """`shards: 2`: two norms_shard, mixing_shard, weights_shard and position_shard jobs per
+    corpus (one layer each of the tiny model) and their gather give every table and map of
+    the one-job run, byte for byte and value for value (tools/compare_results.py, exact); the
+    shards' files are removed."""
+    import shutil
+
+    workdir, config = tiny_run
+    targets = [
+        *(f"results/tiny/wiki/norms/{f}" for f in FAMILIES["norms"].tables["corpus"]),
+        *(f"results/tiny/wiki_masked/mixing/{f}" for f in MIXING_COMPUTED),
+        "results/tiny/wiki/weights/heads.tsv",
+        "results/tiny/wiki/weights/layers.tsv",
+        *(f"results/tiny/wiki512/position/{f}" for f in POSITION_SCANNED),
+    ]
+    result = snakemake(tmp_path / "run", dict(config, shards=2), *targets)
+    assert result.returncode == 0, result.stderr[-3000:]
+    corpus = {"norms": "wiki", "weights": "wiki", "mixing": "wiki_masked", "position": "wiki512"}
+    for name, read in corpus.items():  # each shard job's log
+        logs = tmp_path / "run/results/tiny" / read / "logs"
+        assert sorted(p.name for p in logs.glob(f"{name}_shard_*.log")) == [
+            f"{name}_shard_1.log",
+            f"{name}_shard_2.log",
+        ]
+    assert not [p for p in (tmp_path / "run/results").rglob("shards/*") if p.is_file()]
+    for run, name in ((workdir, "one-job"), (tmp_path / "run", "sharded")):
+        for target in targets:
+            (tmp_path / name / target).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(run / target, tmp_path / name / target)
+    compared = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "compare_results.py"),
+         str(tmp_path / "one-job"), str(tmp_path / "sharded")],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert compared.returncode == 0, compared.stdout[-3000:]
+    assert f"{len(targets)} files" in compared.stdout, compared.stdout
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
 def test_cuda_without_a_gpu_stops_before_any_job_and_keeps_the_states(tiny_run):
     workdir, config = tiny_run
@@ -373,6 +423,65 @@ def test_cuda_without_a_gpu_stops_before_any_job_and_keeps_the_states(tiny_run):
     assert "device is cuda, but torch sees no CUDA device" in result.stdout + result.stderr
     assert store.stat().st_mtime_ns == before
     assert "Select jobs to execute" not in result.stdout + result.stderr
+
+
+def stored_bytes(path: Path, under: str = "/") -> int:
+    """Bytes the datasets of an HDF5 file (below `under`) take on disk."""
+    sizes = []
+    with h5py.File(path) as f:
+        f[under].visititems(
+            lambda name, item: (
+                sizes.append(item.id.get_storage_size()) if isinstance(item, h5py.Dataset) else None
+            )
+        )
+    return sum(sizes)
+
+
+def test_disk_estimate_bounds_the_states_and_sizes_the_maps_exactly(tiny_run):
+    """Planned for the tiny run's resolved config, measured on what the run wrote: the hidden
+    states at most the estimate with the store's chunk overhang (chunks past a batch's length
+    are not stored), every map file exactly it; an existing file counts as written."""
+    from attnscope.pipeline.disk_estimate import (
+        check_disk_space,
+        hidden_state_bytes,
+        planned_files,
+    )
+
+    workdir, _ = tiny_run
+    config = yaml.safe_load((workdir / "results/software/config.yaml").read_text())
+    planned = planned_files(config, FAMILIES, workdir / "results")
+    names = {p.path.relative_to(workdir / "results/tiny").as_posix() for p in planned}
+    assert {"wiki/hidden_states.h5", "wiki/norms/attn_n_maps.h5"} <= names
+    assert {"wiki_masked/mixing/maps.h5", "wiki_masked/mixing/propagated.h5"} <= names
+    for file in planned:
+        assert file.size is not None and file.path.is_file(), file
+        if file.path.name == "hidden_states.h5":
+            with h5py.File(file.path) as f:
+                states, (N, length, d) = len(f["hidden"]), f["hidden/0"].shape
+                chunk, dtype = f["hidden/0"].chunks[1], f.attrs["dtype"]
+            # corpora are padded to their longest sequence, at most max_length
+            assert hidden_state_bytes(states - 1, N, length, d, dtype) <= file.size, file
+            bound = hidden_state_bytes(states - 1, N, length, d, dtype, chunk)
+            assert 0 < stored_bytes(file.path, "hidden") <= bound, file
+        else:
+            assert stored_bytes(file.path) == file.size, file
+    log = __import__("io").StringIO()
+    assert check_disk_space(config, FAMILIES, workdir / "results", log) == 0
+    assert log.getvalue().startswith("disk estimate: 0.0 MB still to write")
+
+
+def test_a_run_larger_than_the_disk_stops_before_any_job(tmp_path, tiny_model_dir):
+    config = small_config({"tiny": {"source": "path", "path": str(tiny_model_dir)}})
+    config["corpora"]["wiki"]["n_sequences"] = 10**10
+    result = snakemake(tmp_path, config)
+    text = result.stdout + result.stderr
+    assert result.returncode != 0
+    # 3 states x 10^10 x 48 x 32 x 4 bytes; the norm maps 2 layers x 10^10 x 48^2 x 4 bytes
+    assert "results/tiny/wiki/hidden_states.h5: 184320.00 GB" in text, text[-3000:]
+    assert "results/tiny/wiki/norms/attn_n_maps.h5: 184320.00 GB" in text
+    assert "disk estimate: 3686" in text and "the stores still to write need about 3686" in text
+    assert "Select jobs to execute" not in text
+    assert not (tmp_path / "results/tiny").exists()
 
 
 def reversed_keys(value):
@@ -609,6 +718,8 @@ def test_default_pipeline_on_a_slice(tmp_path):
             {"analyses": {"views": {"corpora": ["wiki"], "sequences": {"wiki": [0, 0, 2]}}}},
             "analyses.views: sequences.wiki lists sequence(s) [0] more than once",
         ),
+        # issue 22: more layer shards than MiniLM's 6 layers
+        ({"shards": 7}, "config: shards is 7, but model 'm' has 6 layers"),
     ],
 )
 def test_bad_config_fails_before_any_job(tmp_path, change, message):

@@ -38,8 +38,8 @@ def main() -> int:
     with HiddenStates(args.store) as store:
         worst = np.zeros(store.n_layers + 1)
         excess = np.zeros(store.n_layers + 1)  # largest difference beyond what is allowed
-        storage = store.storage_dtype
-        rounding = float(np.finfo(storage).eps) / 2 if storage != np.float32 else 0.0
+        storage = store.storage_dtype  # float32, float16 or bfloat16
+        rounding = torch.finfo(getattr(torch, storage)).eps / 2 if storage != "float32" else 0.0
         for start, stop, n in batch_spans(store.lengths, args.batch_size):
             tensors = {
                 key: torch.from_numpy(getattr(store, key)[start:stop, :n].astype(np.int64))

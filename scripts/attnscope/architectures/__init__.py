@@ -60,18 +60,22 @@ def prediction_head(model):
     return architecture(model.config.model_type).prediction_head(model)
 
 
-def load_model(path: str, device: str = "cpu", head: str | None = None):
-    """Load a model from a local folder with eager attention, in eval mode.
+def load_model(path: str, device: str = "cpu", head: str | None = None, dtype: str = "float32"):
+    """Load a model from a local folder with eager attention, in eval mode, its weights in
+    `dtype` (extraction's `compute_dtype`; float32 for the analyses).
 
     `head`: None for the bare model; "masked" or "causal" to load that language-model head
     too (for the gradient analysis; `lm_head_kind` says which a checkpoint has).
     """
+    import torch
     from transformers import AutoConfig, AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM
 
     architecture(AutoConfig.from_pretrained(path).model_type, f"model at {path}")
     loader = {None: AutoModel, "masked": AutoModelForMaskedLM, "causal": AutoModelForCausalLM}
     try:
-        model = loader[head].from_pretrained(path, attn_implementation="eager")
+        model = loader[head].from_pretrained(
+            path, attn_implementation="eager", dtype=getattr(torch, dtype)
+        )
     except Exception as error:  # safetensors, torch.load and transformers raise their own types
         raise OSError(f"cannot load the model weights {_weight_files(path)}: {error}") from error
     return model.to(device).eval()

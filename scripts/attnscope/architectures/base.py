@@ -38,6 +38,7 @@ class Architecture:
     residual_states      (model, inputs) -> the n_layers + 1 residual-stream states [B, n, d];
                          state l is the input of layer l + 1 (no final LayerNorm applied)
     max_positions        config.json as a dict -> the longest input (pieces) the model takes
+    dimensions           config.json as a dict -> (number of layers, width of the residual stream)
     mlm_head_prefixes    weight-name prefixes of a masked-LM head (none for causal LMs)
     causal_lm_prefixes   weight-name prefixes of a causal LM's output head (none for encoders)
     has_mask_token       whether the family's tokenizers have a mask token ([MASK], <mask>)
@@ -60,6 +61,10 @@ class Architecture:
     has_mask_token: bool = False
     prediction_head: Callable[[torch.nn.Module], PredictionHead | None] = lambda model: None
     zero_padding_states: bool = False
+    dimensions: Callable[[dict], tuple[int, int]] = lambda config: (
+        config["num_hidden_layers"],
+        config["hidden_size"],
+    )
 
     def model_inputs(self, model, input_ids, attention_mask, token_type_ids) -> dict:
         """Keyword arguments of the forward pass; segment ids only where the model uses them."""

@@ -117,6 +117,7 @@ ARCHITECTURE = Architecture(
     attention_output=attention_output,
     residual_states=residual_states,
     max_positions=lambda config: config["n_positions"],
+    dimensions=lambda config: (config["n_layer"], config["n_embd"]),
     causal_lm_prefixes=("lm_head",),
     prediction_head=causal_head,
 )

@@ -131,9 +131,13 @@ def feed_forward(h: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
     return layer.ff(h)
 
 
-def layer_forward(X: torch.Tensor, mask: torch.Tensor, layer: CanonicalLayer):
-    """The whole layer recomputed from canonical weights: X_l -> X_{l+1}.  [B, n, d]"""
-    a = attention_block(X, mask, layer)
+def layer_forward(
+    X: torch.Tensor, mask: torch.Tensor, layer: CanonicalLayer, attention: torch.Tensor = None
+):
+    """The whole layer recomputed from canonical weights: X_l -> X_{l+1}.  [B, n, d]
+    `attention`: the attention block's output (`attention_block`) when the caller computed it
+    (to keep its attention weights), else computed here."""
+    a = attention_block(X, mask, layer) if attention is None else attention
     if layer.parallel:
         return X + a + through(layer.post_ff, layer.ff(through(layer.ln_ff, X)))
     if layer.pre_ln:

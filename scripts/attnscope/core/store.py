@@ -9,10 +9,16 @@
     meta            [N]    str    one JSON object per sequence (words, gold annotations)
 
 `hidden_states.h5` holds the same first five datasets plus
-    hidden/{l}      [N, L, d]     float32 (or float16), l = 0..n_layers
+    hidden/{l}      [N, L, d]     float32, float16 or bfloat16 bits, l = 0..n_layers
 hidden/0 is the embedding output (the input of the first layer), hidden/{l} the output of
 layer l, i.e. the input of layer l + 1, for every family. For GPT-2, hidden/{n_layers} is the
 last block's output before the final LayerNorm ln_f (transformers returns it after ln_f).
+
+HDF5 has no bfloat16 type: a bfloat16 store holds each value's 16 bits as uint16 (the upper
+half of its float32 bits), with the attribute `encoding = bfloat16` on every dataset and
+`dtype = bfloat16` on the file. Reading shifts the bits back into a float32, which is exact.
+Other HDF5 readers see uint16 and the attribute; `np.uint32(bits) << 16` viewed as float32
+decodes them.
 """
 
 from __future__ import annotations
@@ -29,6 +35,23 @@ import torch
 from attnscope.core.files import atomic_path
 
 TOKEN_ARRAYS = ("input_ids", "attention_mask", "token_type_ids", "category", "word_ids")
+STORE_TYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
+"""The HDF5 type of each store dtype (bfloat16: its bits, see the module docstring)."""
+
+
+def as_stored(state: torch.Tensor, storage: np.dtype) -> torch.Tensor:
+    """`state` as a dataset of numpy type `storage` holds it: a bfloat16 store (uint16) gets
+    the bfloat16 bits, the float types get the tensor (cast when copied in)."""
+    if storage == np.uint16:
+        return state.to(torch.bfloat16).view(torch.uint16)
+    return state
+
+
+def decoded(values: np.ndarray) -> np.ndarray:
+    """Stored states as float32: bfloat16 bits (uint16) shifted into place, floats cast."""
+    if values.dtype == np.uint16:
+        return (values.astype(np.uint32) << 16).view(np.float32)
+    return values.astype(np.float32)
 
 
 class DamagedStoreError(RuntimeError):
@@ -94,7 +117,11 @@ class HiddenStates:
         self.n_sequences, self.length = self.input_ids.shape
         self.n_layers = len(self._file["hidden"]) - 1
         self.d_model = self._file["hidden/0"].shape[-1]
-        self.storage_dtype = self._file["hidden/0"].dtype
+        self.storage_dtype = str(self._file.attrs.get("dtype", "float32"))  # or (b)float16
+        # float32 states of a float32 forward: X_{l+1} is layer l's float32 output, so checks
+        # may compare with it (otherwise they recompute it from X_l)
+        compute_dtype = str(self._file.attrs.get("compute_dtype", "float32"))
+        self.exact = self.storage_dtype == compute_dtype == "float32"
         self.attrs = dict(self._file.attrs)
         self.lengths = self.attention_mask.sum(axis=1).astype(int)
 
@@ -109,7 +136,7 @@ class HiddenStates:
 
     def hidden(self, layer: int, start: int = 0, stop: int | None = None) -> np.ndarray:
         """hidden/{layer}[start:stop] as float32.  [B, L, d]"""
-        return self._file[f"hidden/{layer}"][start:stop].astype(np.float32)
+        return decoded(self._file[f"hidden/{layer}"][start:stop])
 
     def batches(
         self, layer: int, batch_size: int, device: str = "cpu", limit: int | None = None

@@ -1,10 +1,13 @@
 """Statistics over a stream too large to hold: moments per slot and a seeded uniform sample.
 
 Both take observations batch by batch (torch tensors, any device) and keep float64 state on
-the CPU, so memory does not grow with the corpus.
+the CPU, so memory does not grow with the corpus. `merged` joins the accumulators of two
+disjoint parts of a stream (two layer shards) into those of the whole.
 """
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import pandas as pd
@@ -32,6 +35,15 @@ class Moments:
         if v.shape[-1]:
             self.maximum[at] = np.maximum(self.maximum[at], v.amax(-1).cpu().numpy())
             self.minimum[at] = np.minimum(self.minimum[at], v.amin(-1).cpu().numpy())
+
+    def merged(self, other: Moments) -> Moments:
+        """The moments of both streams: counts and sums add, extremes combine."""
+        out = Moments(self.count.shape)
+        out.count, out.total = self.count + other.count, self.total + other.total
+        out.total_sq = self.total_sq + other.total_sq
+        out.maximum = np.maximum(self.maximum, other.maximum)
+        out.minimum = np.minimum(self.minimum, other.minimum)
+        return out
 
     def pooled(self) -> Moments:
         """All slots together, as one slot."""
@@ -100,6 +112,17 @@ class BottomKSample:
             self._bound = float(keys.max())
         self.keys, self.rows = keys, rows
 
+    def merged(self, other: BottomKSample) -> BottomKSample:
+        """The sample of both streams: the `size` rows with the smallest keys of the two."""
+        if (self.size, self.rows.shape[1]) != (other.size, other.rows.shape[1]):
+            raise ValueError("samples of different sizes or fields cannot be merged")
+        out = BottomKSample(self.size, self.rows.shape[1])
+        for sample in (self, other):
+            sample.compact()
+            out.offer(sample.keys, sample.rows, sample.seen)
+        out.compact()
+        return out
+
     def below(self, p: float, limit: int) -> torch.Tensor:
         """The rows with key < p (a Bernoulli(p) sample), at most `limit` of them (those with
         the smallest keys: a uniform subsample).  [m, fields]"""
@@ -109,3 +132,30 @@ class BottomKSample:
         order = torch.argsort(self.keys)
         order = order[self.keys[order] < p][:limit]
         return self.rows[order]
+
+
+def merged(a, b):
+    """Two accumulators of disjoint parts of one stream (each layer in one part) as those of
+    the whole stream: `Moments` and `BottomKSample` merge, arrays of counts and sums add (1-D
+    counts of different lengths padded with zeros), tables (DataFrames) are concatenated,
+    dicts, tuples, lists and objects merge item by item, and the rest (settings: sizes, names,
+    seeds) must be equal in both."""
+    if isinstance(a, Moments | BottomKSample):
+        return a.merged(b)
+    if isinstance(a, np.ndarray):
+        if a.ndim == b.ndim == 1 and len(a) != len(b):  # counts that grow (bincounts)
+            a, b = (np.pad(x, (0, max(len(a), len(b)) - len(x))) for x in (a, b))
+        return a + b
+    if isinstance(a, pd.DataFrame):
+        return pd.concat([a, b], ignore_index=True)
+    if isinstance(a, dict):
+        return {k: merged(a[k], b[k]) if k in a and k in b else a.get(k, b.get(k)) for k in a | b}
+    if isinstance(a, tuple | list) and type(a) is type(b) and len(a) == len(b):
+        return type(a)(merged(x, y) for x, y in zip(a, b, strict=True))
+    if type(a) is type(b) and hasattr(a, "__dict__") and not callable(a):
+        out = copy.copy(a)
+        out.__dict__.update({k: merged(v, b.__dict__[k]) for k, v in a.__dict__.items()})
+        return out
+    if a != b:
+        raise ValueError(f"parts of one stream disagree on a setting: {a!r} and {b!r}")
+    return a

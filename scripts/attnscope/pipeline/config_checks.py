@@ -56,7 +56,8 @@ def check_config(config: dict, families: dict[str, Family]) -> None:
 
 def check_models(config: dict, masked_corpora: list[str] = ()) -> None:
     """Every model that is on this machine exists, has a supported architecture and a
-    tokenizer, has safetensors weights if `loading` is layer-streamed, takes inputs as long
+    tokenizer, has safetensors weights if `loading` is layer-streamed, has at least `shards`
+    layers, takes inputs as long
     as every corpus's max_length, and has a mask token if an analysis reads a corpus with
     [MASK] (`masked_corpora`) (hub models still to fetch: at acquisition)."""
     for name, spec in config["models"].items():
@@ -77,6 +78,12 @@ def check_models(config: dict, masked_corpora: list[str] = ()) -> None:
                 checkpoint_files(folder)
             except StreamingUnavailableError as error:
                 raise ConfigError(f"config: loading: model {name!r}: {error}") from None
+        n_layers, _ = family.dimensions(model_config)
+        if config.get("shards", 1) > n_layers:
+            raise ConfigError(
+                f"config: shards is {config['shards']}, but model {name!r} has {n_layers} "
+                f"layers; use at most {n_layers} shards"
+            )
         limit = family.max_positions(model_config)
         for corpus, settings in config["corpora"].items():
             if settings["max_length"] > limit:

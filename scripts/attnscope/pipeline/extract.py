@@ -19,8 +19,17 @@ import torch
 from tqdm import tqdm
 
 from attnscope.architectures import architecture
-from attnscope.core.store import TOKEN_ARRAYS, atomic_h5, batch_spans, open_store
+from attnscope.core.store import (
+    STORE_TYPES,
+    TOKEN_ARRAYS,
+    as_stored,
+    atomic_h5,
+    batch_spans,
+    decoded,
+    open_store,
+)
 from attnscope.data.datasets import sha256_of
+from attnscope.pipeline.disk_estimate import hidden_state_bytes, require_space
 
 PACKAGES = ("torch", "transformers", "numpy", "h5py")
 
@@ -94,7 +103,8 @@ class BackgroundWriter:
             self.free.put(slot)
             raise self.error
         for buffer, state in zip(slot, states, strict=True):
-            torch.from_numpy(buffer[: state.numel()]).view(state.shape).copy_(state)
+            stored = as_stored(state, buffer.dtype)
+            torch.from_numpy(buffer[: state.numel()]).view(state.shape).copy_(stored)
         self.work.put((start, stop, n, slot))
 
     def __enter__(self):
@@ -125,12 +135,16 @@ def state_store(encoded_path, out_path, config, dtype: str, attrs: dict | None):
         lengths = arrays["attention_mask"].sum(axis=1)
         d, n_states = config.hidden_size, config.num_hidden_layers + 1
         chunk = (1, chunk_positions(lengths, length), d)
+        size = hidden_state_bytes(n_states - 1, n_seq, length, d, dtype, chunk[1])
+        require_space(out_path, size)
         hidden = [
             out.create_dataset(
-                f"hidden/{l}", shape=(n_seq, length, d), dtype=dtype, chunks=chunk, fillvalue=0
+                f"hidden/{l}", (n_seq, length, d), STORE_TYPES[dtype], chunks=chunk, fillvalue=0
             )
             for l in range(n_states)
         ]
+        for dataset in hidden:
+            dataset.attrs["encoding"] = dtype
         yield arrays, hidden, lengths
         out.attrs.update(attrs or {})
         out.attrs["corpus_sha256"] = sha256_of(encoded_path)
@@ -162,11 +176,13 @@ def extract(
     dtype: str = "float32",
     attrs: dict | None = None,
     log=None,
+    compute_dtype: str = "float32",
 ) -> dict:
     """Write hidden_states.h5 for one model and one encoded corpus with a whole-model forward
-    per batch; returns summary stats."""
-    model = model.to(device).eval()
+    per batch in `compute_dtype`, stored in `dtype`; returns summary stats."""
+    model = model.to(device, getattr(torch, compute_dtype)).eval()
     family = architecture(model.config.model_type)
+    attrs = {**(attrs or {}), "compute_dtype": compute_dtype}
     with state_store(encoded_path, out_path, model.config, dtype, attrs) as store:
         arrays, hidden, lengths = store
         progress = tqdm(total=len(lengths), unit="seq", file=log, mininterval=5, desc="extract")
@@ -191,16 +207,19 @@ def extract_streamed(
     dtype: str = "float32",
     attrs: dict | None = None,
     log=None,
+    compute_dtype: str = "float32",
 ) -> dict:
     """Write the same hidden_states.h5 as `extract`, layer by layer: the embeddings of every
     batch, then layer 1 over every batch from the stored X_0, and so on, with one layer's
     weights in memory at a time (`LayerStream`). Each pass reads the previous state back from
-    the store, so a float16 store carries float16-rounded states forward."""
+    the store, so a float16 or bfloat16 store carries its rounded states forward."""
     from attnscope.pipeline.layer_stream import LayerStream
 
-    stream = LayerStream(folder, device)
+    compute = getattr(torch, compute_dtype)
+    stream = LayerStream(folder, device, compute)
     config = stream.config
     family = architecture(config.model_type)
+    attrs = {**(attrs or {}), "compute_dtype": compute_dtype}
     with state_store(encoded_path, out_path, config, dtype, attrs) as store:
         arrays, hidden, lengths = store
         spans = list(batch_spans(lengths, batch_size))
@@ -225,7 +244,7 @@ def extract_streamed(
             stream.load(layer)
 
             def step(inputs, start, stop, n, layer=layer):
-                X = torch.from_numpy(hidden[layer][start:stop, :n]).to(device, torch.float32)
+                X = torch.from_numpy(decoded(hidden[layer][start:stop, :n])).to(device, compute)
                 return stream.layer(layer, inputs, X)
 
             one_pass(hidden[layer + 1], step)

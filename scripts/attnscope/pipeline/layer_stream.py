@@ -122,20 +122,48 @@ class LayerStream:
                 opened[path] = files.enter_context(safe_open(path, "pt"))
             yield {key: opened[self.files[key]].get_slice(key) for key in keys}
 
-    def _load(self, keys: list[str]) -> None:
-        """Load checkpoint tensors into the meta model with the library's loader (renamings
-        and weight conversions), in self.dtype on self.device."""
+    def _load(self, keys: list[str], model: torch.nn.Module | None = None) -> None:
+        """Load checkpoint tensors into the meta model (or another `model` on the meta
+        device) with the library's loader (renamings and weight conversions), in self.dtype
+        on self.device."""
         from transformers.conversion_mapping import get_model_conversion_mapping
         from transformers.core_model_loading import convert_and_load_state_dict_in_model
         from transformers.modeling_utils import LoadStateDictConfig
 
+        model = self.model if model is None else model
         setting = LoadStateDictConfig(
-            weight_mapping=get_model_conversion_mapping(self.model),
+            weight_mapping=get_model_conversion_mapping(model),
             dtype=self.dtype,
             device_map={"": torch.device(self.device)},
         )
         with self._slices(keys) as state:
-            convert_and_load_state_dict_in_model(self.model, state, setting)
+            convert_and_load_state_dict_in_model(model, state, setting)
+
+    def head_model(self, kind: str) -> torch.nn.Module:
+        """The model with its language-model head (`kind` masked or causal) on the meta
+        device, with the head's tensors read and the word embeddings when the head shares
+        them (tied): everything the logits need after the final norm."""
+        from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+
+        task = {"masked": AutoModelForMaskedLM, "causal": AutoModelForCausalLM}[kind]
+        with torch.device("meta"):
+            model = task.from_config(self.config, attn_implementation="eager", dtype=self.dtype)
+        # the head's tensors: neither the bare model's nor inside a layer (checkpoint names,
+        # which the loader renames: GPT-NeoX's embed_out is the library's lm_head)
+        bare, inside = set(self.model.state_dict()), f"{self.layers_path}."
+        keys = [
+            key
+            for key in self.files
+            if (name := self._module_name(key)) not in bare and not name.startswith(inside)
+        ]
+        output = model.get_output_embeddings()
+        tied = output is not None and output.weight is model.get_input_embeddings().weight
+        if tied:
+            keys.append(self._checkpoint_key(self.embedding_name))
+        self._load(keys, model)
+        if tied:
+            model.tie_weights()
+        return model.eval()
 
     def _load_frame(self) -> None:
         """Everything outside the layers and the word embeddings: tensors the bare model has
@@ -278,8 +306,9 @@ class LayerStream:
 ROUTES = ("auto", "whole-model", "layer-streamed")
 
 
-def float32_bytes(folder: str | Path) -> int:
-    """The bytes a checkpoint's tensors take in float32, read from the safetensors headers."""
+def weight_bytes(folder: str | Path, itemsize: int = 4) -> int:
+    """The bytes a checkpoint's tensors take at `itemsize` bytes a value (4: float32), read
+    from the safetensors headers."""
     from safetensors import safe_open
 
     total = 0
@@ -288,7 +317,7 @@ def float32_bytes(folder: str | Path) -> int:
         by_file.setdefault(path, []).append(key)
     for path, keys in by_file.items():
         with safe_open(path, "pt") as f:
-            total += sum(4 * int(np.prod(f.get_slice(k).get_shape())) for k in keys)
+            total += sum(itemsize * int(np.prod(f.get_slice(k).get_shape())) for k in keys)
     return total
 
 
@@ -301,16 +330,17 @@ def free_memory(device: str) -> int:
     return psutil.virtual_memory().available
 
 
-def loading_route(setting: str, folder: str | Path, device: str) -> str:
+def loading_route(setting: str, folder: str | Path, device: str, itemsize: int = 4) -> str:
     """The route of a job that reads a model: the `loading` setting, or with `auto` the
-    layer-streamed route when the model's float32 weights would take more than half the
-    memory free on `device`, and the whole-model route otherwise (faster when the model fits:
-    one forward per batch, no state read back). A checkpoint without safetensors files takes
-    the whole-model route under `auto`."""
+    layer-streamed route when the model's weights at `itemsize` bytes a value (4: float32,
+    2: the 16-bit compute types of extraction) would take more than half the memory free on
+    `device`, and the whole-model route otherwise (faster when the model fits: one forward
+    per batch, no state read back). A checkpoint without safetensors files takes the
+    whole-model route under `auto`."""
     if setting != "auto":
         return setting
     try:
-        weights = float32_bytes(folder)
+        weights = weight_bytes(folder, itemsize)
     except StreamingUnavailableError:
         return "whole-model"
     return "layer-streamed" if weights > free_memory(device) / 2 else "whole-model"

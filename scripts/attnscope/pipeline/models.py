@@ -240,12 +240,38 @@ def cuda_visible() -> bool | None:
     return torch.cuda.is_available()
 
 
-def check_local_device(setting: str) -> None:
-    """Before any job of a local run: `device: cuda` needs a CUDA device torch can see."""
-    if setting == "cuda" and cuda_visible() is False:
+def check_local_device(setting: str, compute_dtype: str = "float32") -> None:
+    """Before any job of a local run: `device: cuda` needs a CUDA device torch can see, and
+    `compute_dtype` must run on the device (`check_compute_dtype`)."""
+    visible = cuda_visible()
+    if setting == "cuda" and visible is False:
         raise RuntimeError(
             "config: device is cuda, but torch sees no CUDA device on this machine; use "
             "device: auto or cpu here, or run on GPU nodes (--profile profiles/slurm)"
+        )
+    if visible is not None:
+        check_compute_dtype(compute_dtype, "cuda" if visible and setting != "cpu" else "cpu")
+
+
+def check_compute_dtype(name: str, device: str) -> None:
+    """Before a model runs: the `compute_dtype` setting must work on `device` with this torch
+    build (a GPU without native bfloat16, a CPU build without float16 kernels)."""
+    import torch
+
+    dtype = getattr(torch, name)
+    problem = None
+    try:
+        x = torch.ones(2, 8, dtype=dtype, device=device)
+        torch.nn.functional.layer_norm(x @ x.T, (2,)).softmax(-1).sum().item()
+    except (RuntimeError, TypeError, AssertionError) as error:  # no kernel, no CUDA build
+        problem = str(error)
+    if problem is None and device.startswith("cuda") and dtype is torch.bfloat16:
+        if not torch.cuda.is_bf16_supported(including_emulation=False):
+            problem = "the GPU has no native bfloat16"
+    if problem is not None:
+        raise RuntimeError(
+            f"config: compute_dtype is {name}, which this torch build cannot run on {device} "
+            f"({problem}); use compute_dtype: float32"
         )
 
 
@@ -268,10 +294,12 @@ def open_model(
     hidden_states: str | Path | None = None,
     with_head: bool = False,
     loading: str = "whole-model",
+    dtype: str = "float32",
 ) -> LoadedModel:
     """Load the model a manifest describes (eager attention, eval mode) on the resolved device,
     with its language-model head when `with_head` and the manifest's `lm_head` names one.
 
+    `dtype`: the weights' type on the whole-model route (extraction's `compute_dtype`).
     `loading` (the setting: auto, whole-model, layer-streamed; `layer_stream.loading_route`): on the
     layer-streamed route the module is on the meta device but for the layers in use, and the
     canonical weights read each layer when it is first used (`streamed_weights`).
@@ -291,9 +319,11 @@ def open_model(
     if log is not None:
         log.info("model %s on %s, loading route: %s", manifest["name"], device, route)
     if route == "layer-streamed":
+        from attnscope.pipeline.runlog import release_freed_memory
         from attnscope.pipeline.streamed_weights import streamed_model
 
+        release_freed_memory()
         return LoadedModel(manifest, device, *streamed_model(manifest["path"], device))
     head = manifest.get("lm_head") if with_head else None
-    model = load_model(manifest["path"], device, head=head)
+    model = load_model(manifest["path"], device, head=head, dtype=dtype)
     return LoadedModel(manifest, device, model, canonical_weights(model))

@@ -60,6 +60,9 @@ class Family:
               (views: an index.html and one page per sequence, so the number of files may
               depend on the data); its declared tables are files inside it, and the targets
               name the folder
+    map_bytes  (settings, n_layers, n_sequences, length) -> {file: bytes} of the family's
+              per-pair map files for one corpus (their datasets are not compressed, so the
+              bytes are exact), for the disk estimate made before any job
     """
 
     name: str
@@ -70,10 +73,16 @@ class Family:
     corpus_roles: dict[str, tuple[str, ...]] = field(default_factory=dict)
     corpus_kinds: dict[str, tuple[str, ...]] = field(default_factory=dict)
     folder: bool = False
+    map_bytes: Callable[[dict, int, int, int], dict[str, int]] = lambda *shape: {}
 
     def folder_path(self, scope: str = "corpus") -> str:
         """Path pattern (wildcards model, corpus) of the family's folder of one scope."""
         return FOLDERS[scope].format(family=self.name)
+
+    def shard_file(self, suffix: str) -> str:
+        """Path pattern (wildcards model, corpus, shard) of a layer shard's file: `pkl` its
+        accumulators, `h5` its maps (`pipeline.shards`)."""
+        return f"{self.folder_path()}/shards/{{shard}}.{suffix}"
 
     def table(self, file: str, scope: str = "corpus") -> str:
         """Path pattern (wildcards model, corpus) of a declared table; KeyError otherwise."""

@@ -24,8 +24,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnscope.architectures import canonical_layer, canonical_weights
-from attnscope.core.canonical import CanonicalLayer, CanonicalModel
+from attnscope.architectures import canonical_layer, canonical_weights, prediction_head
+from attnscope.core.canonical import CanonicalLayer, CanonicalModel, PredictionHead
 from attnscope.pipeline.layer_stream import LayerStream
 
 KEEP = 1  # layers whose matrices are held: the one analysed
@@ -84,3 +84,14 @@ def streamed_model(
         word_embeddings=EmbeddingRows(stream),
     )
     return stream.model, weights
+
+
+def streamed_head(folder: str | Path, kind: str, device: str = "cpu") -> PredictionHead:
+    """The language-model head (`kind` masked or causal) of a safetensors checkpoint, with
+    only its tensors read (`LayerStream.head_model`)."""
+    stream = LayerStream(folder, device, attention="eager")
+    model = stream.head_model(kind)
+    head = prediction_head(model)
+    if head is None:
+        raise ValueError(f"{folder}: no {kind} language-model head")
+    return head

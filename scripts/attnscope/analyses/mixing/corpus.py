@@ -119,8 +119,11 @@ def analyse_corpus(
     max_rel_residual: float,
     maps_dtype: str,
     log: logging.Logger | None = None,
+    layers: list[int] | None = None,
 ) -> MixingResult:
     """Stream the store layer by layer; write `{scope}/{layer}` [N, L, L] into `maps`.
+    `layers` (0-based; None: all): a layer shard's layers, whose result is `merged` with the
+    other shards'.
 
     Every stage of every batch is checked against the real module output (attention from the
     module itself, the last residual state from the stored next hidden state when the store is
@@ -134,11 +137,12 @@ def analyse_corpus(
     maps.attrs["ig_steps"] = ig_steps
     maps.attrs["causal"] = bool(weights.causal)
     maps.attrs["sliding_window"] = [layer.sliding_window or 0 for layer in weights.outline]
-    stored_exact = store.attrs.get("dtype", "float32") == "float32"
+    stored_exact = store.exact
     ratios = MixingRatios(SCOPES, weights.n_layers)
     rsa = ScopeRSA(SCOPES, weights.n_layers)
     residuals = ResidualLog(max_rel_residual, log)
-    for l, layer in enumerate(weights.layers):
+    for l in range(weights.n_layers) if layers is None else layers:
+        layer = weights.layers[l]
         datasets = {
             scope: maps.create_dataset(
                 f"{scope}/{l + 1}", (N, L, L), dtype=maps_dtype, chunks=(1, L, L)

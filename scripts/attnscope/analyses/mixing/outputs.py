@@ -1,6 +1,19 @@
 """Outputs of the whole-layer mixing analysis (Kobayashi et al. 2021, 2024)."""
 
+from attnscope.analyses.mixing.scopes import SCOPES
 from attnscope.pipeline.outputs import Family, Figure
+
+
+def map_bytes(settings: dict, n_layers: int, n_sequences: int, length: int) -> dict[str, int]:
+    """maps.h5: one [N, L, L] map per scope and layer; propagated.h5: one per layer, and the
+    float32 bias norms [N, layers, L]."""
+    itemsize = 2 if settings["maps_dtype"] == "float16" else 4
+    one_map = n_sequences * length**2 * itemsize
+    return {
+        "maps.h5": len(SCOPES) * n_layers * one_map,
+        "propagated.h5": n_layers * one_map + n_sequences * n_layers * length * 4,
+    }
+
 
 FAMILY = Family(
     name="mixing",
@@ -29,4 +42,5 @@ FAMILY = Family(
         Figure("rollout", "corpus", ("rollout.tsv",)),
         Figure("prediction", "corpus", ("prediction.tsv",), ("prediction_examples",)),
     ),
+    map_bytes=map_bytes,
 )

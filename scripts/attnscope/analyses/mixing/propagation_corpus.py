@@ -206,7 +206,7 @@ def analyse_depth(
         for l in range(1, n_layers + 1)
     ]
     bias_norm = propagated.create_dataset("bias_norm", (N, n_layers, L), dtype="float32")
-    stored_exact = store.attrs.get("dtype", "float32") == "float32"
+    stored_exact = store.exact
     measures = MixingRatios(MEASURES, n_layers)
     rsa = RolloutRSA(tuple(rollout_scopes), n_layers)
     residuals = ResidualLog(max_rel_residual, log)

@@ -45,8 +45,13 @@ def analyse_corpus(
     max_rel_residual: float,
     maps_dtype: str = "float32",
     log: logging.Logger | None = None,
+    layers: list[int] | None = None,
 ) -> tuple[NormsAccumulator, pd.DataFrame]:
     """Stream the store layer by layer; return the accumulator and the residual table.
+
+    `layers` (0-based; None: all): a layer shard's layers. Its accumulator holds their rows
+    only (and the last state's, if the last layer is among them), to be `merged` with the
+    other shards'.
 
     Writes `maps/{l}` [N, L, L] (l 1-based; rows query i, columns key j; 0 where the pair
     does not count) into the open HDF5 file `maps`, batch by batch. The first batch of every
@@ -59,7 +64,9 @@ def analyse_corpus(
     N, L = store.n_sequences, store.length
     module_output = architecture(model.config.model_type).attention_output
     residuals = []
-    for l, layer in enumerate(weights.layers):
+    layers = range(weights.n_layers) if layers is None else layers
+    for l in layers:
+        layer = weights.layers[l]
         dataset = maps.create_dataset(
             f"maps/{l + 1}", (N, L, L), dtype=maps_dtype, chunks=(1, L, L)
         )
@@ -87,8 +94,9 @@ def analyse_corpus(
                 norm_map = head_summed_norms(alpha, fx) * pairs
             n = batch.X.shape[1]
             dataset[batch.start : batch.stop, :n, :n] = norm_map.cpu().numpy()
-    for batch in store.batches(weights.n_layers, batch_size, device):
-        acc.massive.add_batch(weights.n_layers, batch.X, batch.mask)
+    if weights.n_layers - 1 in layers:
+        for batch in store.batches(weights.n_layers, batch_size, device):
+            acc.massive.add_batch(weights.n_layers, batch.X, batch.mask)
     residual = pd.DataFrame(
         residuals, columns=["layer", "n_tokens", "max_abs_residual", "max_rel_residual"]
     )

@@ -4,6 +4,12 @@ al. 2023, Gu et al. 2024) and massive activations (Sun et al. 2024) from the sam
 from attnscope.pipeline.outputs import Family, Figure
 
 
+def map_bytes(settings: dict, n_layers: int, n_sequences: int, length: int) -> dict[str, int]:
+    """attn_n_maps.h5: one [N, L, L] map per layer."""
+    itemsize = 2 if settings["maps_dtype"] == "float16" else 4
+    return {"attn_n_maps.h5": n_layers * n_sequences * length**2 * itemsize}
+
+
 def problems(settings: dict):
     if settings["scatter_max_points"] > settings["spearman_sample_size"]:
         yield "scatter_max_points must not exceed spearman_sample_size"
@@ -38,4 +44,5 @@ FAMILY = Family(
         Figure("affine_singular_values", "model", ("affine_singular_values.tsv",), ("seed",)),
     ),
     problems=problems,
+    map_bytes=map_bytes,
 )

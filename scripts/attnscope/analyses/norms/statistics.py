@@ -52,10 +52,11 @@ class NormsAccumulator:
     """Every statistic of the analysis, fed one batch of one layer at a time.
 
     Spearman sample: per category, a `BottomKSample` of `sample_size` (layer, head, alpha,
-    ||f(x_j)||) rows over all visible pairs of all layers and heads; keys come from a CPU
-    generator seeded with `seed`, so the sample does not depend on the device. Keys are
-    float32 (resolution 2^-24): ties at the cut are broken without regard to the data, so the
-    sample stays uniform. The default size, 10^6 pairs per category, puts the sampling error
+    ||f(x_j)||) rows over all visible pairs of all layers and heads; the keys of the k-th batch
+    of layer l come from a CPU generator seeded with (`seed`, l, k), so the sample depends on
+    neither the device nor the order the layers are run in (layer shards give the same one).
+    Keys are float64, so ties at the cut, which a merge of shards could break another way,
+    practically never occur. The default size, 10^6 pairs per category, puts the sampling error
     of rho near 1/sqrt(10^6) = 0.001, below the two decimals of Table 3, while an exact rho
     over the ~10^9 pairs of a corpus would mean ranking them all in memory.
     """
@@ -70,7 +71,8 @@ class NormsAccumulator:
         self.sep_alpha = np.zeros((L, H))
         self.sep_fx = Moments((L, H))
         self.samples = {c: BottomKSample(sample_size, len(SAMPLE_FIELDS)) for c in CATEGORIES}
-        self.generator = torch.Generator().manual_seed(seed)
+        self.seed = seed
+        self.batches = np.zeros(L, dtype=np.int64)  # batches seen per layer: their keys' seeds
         self.sinks = SinkStatistics(L, H)  # fed by the caller: it needs the layer's window
         self.massive = MassiveActivations(L + 1)  # hidden/0 .. hidden/L
 
@@ -109,14 +111,20 @@ class NormsAccumulator:
 
         self._sample(layer, alpha, fx_norm, visible_pairs(mask, causal), cat)
 
+    def _generator(self, layer: int) -> torch.Generator:
+        """The key generator of this layer's next batch, seeded with (seed, layer, batch)."""
+        entropy = np.random.SeedSequence([self.seed, layer, int(self.batches[layer])])
+        self.batches[layer] += 1
+        return torch.Generator().manual_seed(int(entropy.generate_state(1, np.uint64)[0] >> 1))
+
     def _sample(self, layer, alpha, fx_norm, pairs, cat) -> None:
         """Offer every visible pair to the sample of its key's category, in one pass: a pair
         is a candidate when its key is below that sample's threshold (0 for pairs that do
         not count)."""
         B, H, n, _ = alpha.shape
         alpha, fx_norm, pairs, cat = alpha.cpu(), fx_norm.cpu(), pairs.cpu(), cat.cpu()
-        keys = torch.rand((B, H, n, n), generator=self.generator)
-        threshold = torch.zeros(max(CATEGORIES) + 2)  # by category code + 1 (PAD -1 -> 0)
+        keys = torch.rand((B, H, n, n), generator=self._generator(layer), dtype=torch.float64)
+        threshold = torch.zeros(max(CATEGORIES) + 2, dtype=torch.float64)  # by code + 1 (PAD: 0)
         for c, sample in self.samples.items():
             threshold[c + 1] = sample.threshold()
         bound = pairs * threshold[cat.long() + 1][:, None, :]  # [B, n, n]

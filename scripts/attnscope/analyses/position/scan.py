@@ -93,8 +93,10 @@ def scan(
     batch_size: int = 16,
     device: str = "cpu",
     log=None,
+    layers: list[int] | None = None,
 ) -> ScanResult:
-    """The whole pass; see the module docstring."""
+    """The whole pass; see the module docstring. `layers` (0-based; None: all): a layer
+    shard's layers, whose arrays hold zeros at the others' (`core.streaming.merged` adds)."""
     offsets = list(range(-t_max, t_max + 1))
     xoffsets = list(range(-xcorr_t_max, xcorr_t_max + 1))
     window = int(store.lengths.min())
@@ -112,7 +114,8 @@ def scan(
     scale = {name: np.zeros((L, H)) for name in ("svd", "xcov")}
     eigenvalues = np.zeros((L, H, r), dtype=complex)
     singular = np.zeros((L, H, r))
-    for l, layer in enumerate(weights.layers):
+    for l in range(L) if layers is None else layers:
+        layer = weights.layers[l]
         form = bilinear_form(layer, include_bias)
         values, vectors = eigen_rotation(form.rotation("rank"))
         eigenvalues[l], singular[l] = values, form.S[:, :r].cpu().numpy()
@@ -184,13 +187,21 @@ def scan(
 
 
 def scan_trt(
-    store: HiddenStates, weights: CanonicalModel, *, t_max: int, batch_size: int, device: str
+    store: HiddenStates,
+    weights: CanonicalModel,
+    *,
+    t_max: int,
+    batch_size: int,
+    device: str,
+    layers: list[int] | None = None,
 ) -> np.ndarray:
     """tr_t(A) alone, for any attention (rotary models, where the bilinear analyses of
-    `scan` do not apply), t = -t_max..t_max.  [N, L, H, T]"""
+    `scan` do not apply), t = -t_max..t_max, of `layers` (0-based; None: all; zeros at the
+    others).  [N, L, H, T]"""
     offsets = list(range(-t_max, t_max + 1))
     trt = np.zeros((store.n_sequences, weights.n_layers, weights.n_heads, len(offsets)))
-    for l, layer in enumerate(weights.layers):
+    for l in range(weights.n_layers) if layers is None else layers:
+        layer = weights.layers[l]
         for batch in store.batches(l, batch_size, device):
             A = attention_probs(batch.X, batch.mask, layer)
             A.mul_(batch.mask[:, None, :, None].to(A.dtype))  # drop padding query rows

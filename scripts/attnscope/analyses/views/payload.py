@@ -139,7 +139,7 @@ def sequence_page(
     )
     residuals = ResidualLog(max_rel_residual, log)
     mask = torch.ones(1, n, dtype=torch.long, device=device)
-    exact = store.attrs.get("dtype", "float32") == "float32"
+    exact = store.exact
     alpha_error = 0.0
     for l, layer in enumerate(weights.layers):
         X = torch.from_numpy(store.hidden(l, index, index + 1)[:, :n]).to(device)
@@ -182,7 +182,7 @@ def add_propagated(page, store, index, weights, model, ig_steps, top_k, residual
     family's). Returns the last state's split."""
     n = page.header["n"]
     mask = torch.ones(1, n, dtype=torch.long, device=device)
-    exact = store.attrs.get("dtype", "float32") == "float32"
+    exact = store.exact
 
     def state(l):
         if l > 0 and not exact:

@@ -20,18 +20,37 @@ prediction of piece i + 1 at every real position i that has a real successor.
 This needs a fresh forward pass on the masked input (the store holds the unmasked states):
 the model's own eager attention weights, returned with output_attentions, keep their grad.
 A model without a language-model head (the default MiniLM) gets `NOT_APPLICABLE` rows.
+
+`layerwise_gradient_importance` gives the same table with one layer in memory (models larger
+than memory): from the stored states of that forward, dL/dX is carried back layer by layer
+through the canonical layers, each recomputed from its stored input with gradients.
 """
 
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import dataclass
 
+import h5py
 import numpy as np
 import pandas as pd
 import torch
 
 from attnscope.analyses.weights.statistics import counted_rows
 from attnscope.architectures import architecture
+from attnscope.core.attention import (
+    attention_output,
+    attention_probs,
+    layer_forward,
+    through,
+    value_vectors,
+)
+from attnscope.core.canonical import (
+    CanonicalLayer,
+    CanonicalLayerNorm,
+    CanonicalModel,
+    PredictionHead,
+)
 from attnscope.core.store import HiddenStates, batch_spans
 from attnscope.core.tables import index_grid, indexed_table
 from attnscope.core.tokens import CATEGORY_NAMES, CLS, OTHER, PUNCT, SEP
@@ -130,6 +149,66 @@ def category_sums(
     return out
 
 
+@dataclass
+class LossTargets:
+    """What the loss of the first N sequences of a store sees, each [N, L]: `inputs` the ids
+    the model reads (with [MASK] where masked), `labels` the ids it must predict at the
+    `chosen` positions (the masked pieces, or every piece with a real successor)."""
+
+    inputs: np.ndarray
+    labels: np.ndarray
+    chosen: np.ndarray
+
+
+def loss_targets(
+    store: HiddenStates, mask_token_id: int | None, rate: float, seed: int, total: int
+) -> LossTargets:
+    """The masked-LM targets (`choose_masked`), or with `mask_token_id` None the next-token
+    targets of a causal LM (`rate` and `seed` unused)."""
+    ids = store.input_ids[:total].astype(np.int64)
+    if mask_token_id is None:
+        labels, chosen = next_token_targets(
+            torch.from_numpy(ids), torch.from_numpy(store.attention_mask[:total])
+        )
+        return LossTargets(ids, labels.numpy(), chosen.numpy())
+    rng = np.random.default_rng(seed)
+    chosen = choose_masked(ids, store.category[:total], rate, mask_token_id, rng)
+    return LossTargets(np.where(chosen, mask_token_id, ids), ids, chosen)
+
+
+class ImportanceSums:
+    """Per layer and key category: the summed importance and attention of every sequence."""
+
+    def __init__(self, n_layers: int, causal: bool):
+        self.causal = causal
+        self.sums = {
+            (kind, name): np.zeros(n_layers)
+            for kind in ("importance", "attention")
+            for name in CATEGORIES
+        }
+
+    def add(self, layer: int, alpha, grad, mask, category) -> None:
+        """alpha, grad = dL/dalpha [B, H, n, n] of 0-based `layer`; mask, category [B, n]."""
+        for kind, values in (("importance", (alpha * grad).abs()), ("attention", alpha)):
+            for name, per_seq in category_sums(values, mask, category, self.causal).items():
+                self.sums[kind, name][layer] += float(per_seq.sum())
+
+    def table(self, total: int) -> pd.DataFrame:
+        values = {
+            kind: np.stack([self.sums[kind, name] for name in CATEGORIES], axis=1) / total
+            for kind in ("importance", "attention")
+        }
+        n_layers = len(values["importance"])
+        table = indexed_table(values, layer=n_layers, category=list(CATEGORIES))
+        return table.assign(n_sequences=total, status=STATUS_OK)
+
+
+def batch_tensors(arrays, start: int, stop: int, n: int, device: str) -> list[torch.Tensor]:
+    """Sequences [start, stop), first n positions, of each [N, L] array, as int64 tensors."""
+    part = slice(start, stop), slice(0, n)
+    return [torch.from_numpy(np.asarray(a[part], dtype=np.int64)).to(device) for a in arrays]
+
+
 def gradient_importance(
     model,
     store: HiddenStates,
@@ -141,56 +220,97 @@ def gradient_importance(
     limit: int | None = None,
     log=None,
 ) -> pd.DataFrame:
-    """layer category importance attention n_sequences status, one row per layer and category.
-    `mask_token_id` None: a causal LM, the next-token loss (`rate` and `seed` unused)."""
-    n_layers = model.config.num_hidden_layers
+    """layer category importance attention n_sequences status, one row per layer and category,
+    by a whole-model forward and backward per batch. `mask_token_id` None: a causal LM, the
+    next-token loss (`rate` and `seed` unused)."""
     total = min(limit or store.n_sequences, store.n_sequences)
-    causal = mask_token_id is None
-    chosen_all = np.zeros(store.input_ids[:total].shape, dtype=bool)
-    if not causal:
-        chosen_all = choose_masked(
-            store.input_ids[:total],
-            store.category[:total],
-            rate,
-            mask_token_id,
-            np.random.default_rng(seed),
-        )
-    sums = {
-        (kind, name): np.zeros(n_layers)
-        for kind in ("importance", "attention")
-        for name in CATEGORIES
-    }
+    targets = loss_targets(store, mask_token_id, rate, seed, total)
+    sums = ImportanceSums(model.config.num_hidden_layers, mask_token_id is None)
     for start, stop, n in batch_spans(store.lengths, batch_size, total):
-        part = slice(start, stop), slice(0, n)
-        labels, mask, types, category, chosen = (
-            torch.from_numpy(np.asarray(array[part], dtype=np.int64)).to(device)
-            for array in (
-                store.input_ids,
-                store.attention_mask,
-                store.token_type_ids,
-                store.category,
-                chosen_all,
-            )
-        )
-        if causal:
-            inputs = labels
-            labels, chosen = next_token_targets(inputs, mask)
-        else:
-            chosen = chosen.bool()
-            inputs = labels.masked_fill(chosen, mask_token_id)
-        alphas, grads = attention_gradients(model, inputs, mask, types, labels, chosen)
+        inputs, labels, chosen, mask, types, category = batch_tensors(
+            (targets.inputs, targets.labels, targets.chosen, store.attention_mask,
+             store.token_type_ids, store.category),
+            start, stop, n, device,
+        )  # fmt: skip
+        alphas, grads = attention_gradients(model, inputs, mask, types, labels, chosen.bool())
         for l, (alpha, grad) in enumerate(zip(alphas, grads, strict=True)):
-            for kind, values in (("importance", (alpha * grad).abs()), ("attention", alpha)):
-                for name, per_seq in category_sums(values, mask, category, causal).items():
-                    sums[kind, name][l] += float(per_seq.sum())
+            sums.add(l, alpha, grad, mask, category)
         if log is not None:
             log.info("gradients: %d of %d sequences done", stop, total)
-    values = {
-        kind: np.stack([sums[kind, name] for name in CATEGORIES], axis=1) / total
-        for kind in ("importance", "attention")
-    }
-    table = indexed_table(values, layer=n_layers, category=list(CATEGORIES))
-    return table.assign(n_sequences=total, status=STATUS_OK)
+    return sums.table(total)
+
+
+def layerwise_gradient_importance(
+    states: HiddenStates,
+    weights: CanonicalModel,
+    head: PredictionHead,
+    targets: LossTargets,
+    scratch: h5py.File,
+    batch_size: int,
+    device: str = "cpu",
+    log=None,
+) -> pd.DataFrame:
+    """The same table as `gradient_importance`, with one layer's weights in memory: dL/dX is
+    carried back layer by layer over the whole corpus.
+
+    `states` holds X_0..X_L of the forward the loss sees (the inputs `targets.inputs`, e.g.
+    with [MASK]), for the first N = len(targets.inputs) sequences. First dL/dX_L of every
+    batch, from the loss on the logits of `head` after the final norm; then for l = L-1..0,
+    layer l is recomputed from the stored X_l with gradients (`attention_gradient_step`),
+    which gives dL/dalpha_l and dL/dX_l, written to `scratch` for layer l - 1 (two datasets
+    [N, L, d] float32, used in turn).
+    """
+    total, n_layers = len(targets.inputs), weights.n_layers
+    sums = ImportanceSums(n_layers, weights.causal)
+    spans = list(batch_spans(states.lengths, batch_size, total))
+    shape = (total, states.length, states.d_model)
+    # dL/dX_l lives in grad[l % 2]: layer l reads dL/dX_{l+1} from one and writes the other
+    grad = [scratch.create_dataset(f"grad/{k}", shape, dtype="float32") for k in (0, 1)]
+    for start, stop, n in spans:
+        labels, chosen = batch_tensors((targets.labels, targets.chosen), start, stop, n, device)
+        X = states.batch(n_layers, start, stop, n, device).X.requires_grad_()
+        with torch.enable_grad():
+            logits = head_logits(head, weights.final_ln, X)
+            sequence_losses(logits, labels, chosen.bool()).sum().backward()
+        grad[n_layers % 2][start:stop, :n] = X.grad.cpu().numpy()
+    for l in reversed(range(n_layers)):
+        layer = weights.layers[l]
+        for start, stop, n in spans:
+            batch = states.batch(l, start, stop, n, device)
+            g_next = torch.from_numpy(grad[(l + 1) % 2][start:stop, :n]).to(device)
+            alpha, dalpha, g = attention_gradient_step(batch.X, batch.mask, layer, g_next)
+            category = torch.from_numpy(batch.category.astype(np.int64)).to(device)
+            sums.add(l, alpha, dalpha, batch.mask, category)
+            if l:
+                grad[l % 2][start:stop, :n] = g.cpu().numpy()
+        if log is not None:
+            log.info("gradients: layer %d done", l + 1)
+    return sums.table(total)
+
+
+def attention_gradient_step(
+    X: torch.Tensor, mask: torch.Tensor, layer: CanonicalLayer, g_next: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One layer of the backward: X_l [B, n, d] recomputed through `layer` with gradients,
+    given dL/dX_{l+1} [B, n, d].  -> (alpha [B, H, n, n], dL/dalpha, dL/dX_l [B, n, d])"""
+    X = X.detach().requires_grad_()
+    with torch.enable_grad():
+        alpha = attention_probs(X, mask, layer)
+        alpha.retain_grad()
+        a = through(layer.post_attn, attention_output(alpha, value_vectors(X, layer), layer))
+        layer_forward(X, mask, layer, attention=a).backward(g_next)
+    return alpha.detach(), alpha.grad, X.grad
+
+
+def head_logits(
+    head: PredictionHead, final_ln: CanonicalLayerNorm | None, X: torch.Tensor
+) -> torch.Tensor:
+    """The language-model head's logits from the last state X_L [B, n, d].  [B, n, V]"""
+    h = through(final_ln, X)
+    if head.transform is not None:
+        h = through(head.ln, head.transform(h))
+    z = (h @ head.W_U + head.b_U) * head.multiplier
+    return z if head.softcap is None else torch.tanh(z / head.softcap) * head.softcap
 
 
 def not_applicable(n_layers: int, reason: str = NOT_APPLICABLE) -> pd.DataFrame:

@@ -128,8 +128,7 @@ class StatisticsAccumulator:
         shape = (n_layers, n_heads)
         self.sums = {name: np.zeros(shape) for name in HEAD_STATISTICS}
         self.counts = {name: np.zeros(shape) for name in HEAD_STATISTICS}
-        self.uniform_sum = 0.0
-        self.uniform_count = 0
+        self.uniform = np.zeros(2)  # sum and count of the baseline: layer shards' add
 
     def add(self, layer: int, stats: dict[str, torch.Tensor]) -> None:
         """Add one batch of `sequence_statistics` output for 0-based `layer`."""
@@ -142,8 +141,7 @@ class StatisticsAccumulator:
     def add_uniform(self, uniform: torch.Tensor) -> None:
         values = uniform.cpu().numpy()
         values = values[~np.isnan(values)]
-        self.uniform_sum += float(values.sum())
-        self.uniform_count += values.size
+        self.uniform += (values.sum(), values.size)
 
     def head_table(self) -> pd.DataFrame:
         """One row per head: layer, head (1-based), every statistic, n_sequences."""
@@ -157,7 +155,13 @@ class StatisticsAccumulator:
         return indexed_table(values, layer=n_layers, head=n_heads)
 
     def uniform_entropy(self) -> float:
-        return self.uniform_sum / max(self.uniform_count, 1)
+        total, count = self.uniform
+        return float(total / max(count, 1))
+
+    def tables(self) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """(heads, layers): `head_table` and its `layer_table`."""
+        heads = self.head_table()
+        return heads, layer_table(heads, self.uniform_entropy())
 
 
 def layer_table(heads: pd.DataFrame, uniform_entropy: float) -> pd.DataFrame:
@@ -174,12 +178,26 @@ def attention_statistics(
     device: str = "cpu",
     limit: int | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(heads, layers) tables over the first `limit` sequences of a store (all if None).
+    """(heads, layers) tables over the first `limit` sequences of a store (all if None)."""
+    return accumulate_statistics(store, weights, batch_size, device, limit).tables()
+
+
+def accumulate_statistics(
+    store: HiddenStates,
+    weights: CanonicalModel,
+    batch_size: int,
+    device: str = "cpu",
+    limit: int | None = None,
+    layers: list[int] | None = None,
+) -> StatisticsAccumulator:
+    """The statistics of `layers` (0-based; None: all; a layer shard's, to be `merged`) over
+    the first `limit` sequences of a store (all if None).
 
     Attention is recomputed layer by layer from the stored layer inputs, one batch at a time.
     """
     acc = StatisticsAccumulator(weights.n_layers, weights.n_heads)
-    for l, layer in enumerate(weights.layers):
+    for l in range(weights.n_layers) if layers is None else layers:
+        layer = weights.layers[l]
         for batch in store.batches(l, batch_size, device, limit):
             with torch.no_grad():
                 alpha = attention_probs(batch.X, batch.mask, layer)
@@ -188,5 +206,4 @@ def attention_statistics(
             acc.add(l, stats)
             if l == 0:
                 acc.add_uniform(uniform)
-    heads = acc.head_table()
-    return heads, layer_table(heads, acc.uniform_entropy())
+    return acc

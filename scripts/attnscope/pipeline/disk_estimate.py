@@ -1,0 +1,142 @@
+"""The size of what a run will write, estimated before any job and checked against the disk.
+
+Per model and corpus: hidden_states.h5, (n_layers + 1) states of [N, length, d] in the
+configured `dtype` (chunks past a batch's longest sequence are not stored, so short
+sequences take less; a chunk that does not divide `max_length` can add its overhang, which
+extraction counts when it checks the disk again), and each family's per-pair map files
+(`Family.map_bytes`, exact). Tables, figures and views
+are small beside them and left out. Files already in the results folder count as written.
+N is the corpus's `n_sequences` (an upper bound), the number of `texts`, or the sequences of
+its encoded.h5 once encoded; a corpus of all its data (`n_sequences: 0`) is sized when it is
+encoded (extraction checks the disk again then, with the exact size).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnscope.architectures import architecture
+from attnscope.pipeline.models import local_model_folder, read_model_config
+from attnscope.pipeline.outputs import Family
+
+ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+GB = 1e9
+
+
+class DiskSpaceError(OSError):
+    """The results folder's disk lacks the space the run's stores need."""
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    path: Path
+    size: int | None  # bytes; None: the corpus is sized once encoded
+
+
+def hidden_state_bytes(
+    n_layers: int, n_sequences: int, length: int, d_model: int, dtype: str, chunk: int = 0
+) -> int:
+    """Bytes of hidden_states.h5's states at most: (n_layers + 1) x [N, length, d], each
+    sequence's positions rounded up to whole chunks of `chunk` positions when given (HDF5
+    stores whole chunks; the chunk is known once the corpus is encoded)."""
+    positions = -(-length // chunk) * chunk if chunk else length
+    return (n_layers + 1) * n_sequences * positions * d_model * ITEMSIZE[dtype]
+
+
+def corpus_sequences(settings: dict, encoded: Path) -> int | None:
+    """N of a corpus: its encoded.h5's sequences once written, else `n_sequences` (when not 0)
+    or the number of `texts`; None when only encoding tells."""
+    if encoded.is_file():
+        try:
+            import h5py  # not in a driver environment without the model packages
+        except ImportError:
+            return settings.get("n_sequences") or None
+        with h5py.File(encoded, "r") as f:
+            return f["input_ids"].shape[0]
+    if settings["kind"] == "texts":
+        return len(settings["texts"])
+    return settings.get("n_sequences") or None
+
+
+def planned_files(config: dict, families: dict[str, Family], results: Path) -> list[PlannedFile]:
+    """The large files of every model with a local folder and every corpus an analysis reads
+    (hub models still to fetch are sized when extraction runs)."""
+    readers: dict[str, list[Family]] = {}
+    for name, family in families.items():
+        settings = config["analyses"][name]
+        if settings.get("enabled", True):
+            for corpus in family.corpora(settings):
+                readers.setdefault(corpus, []).append(family)
+    planned = []
+    for model, spec in config["models"].items():
+        folder = local_model_folder(model, spec, config["mirror"])
+        if folder is None:
+            continue
+        model_config = read_model_config(model, folder)
+        n_layers, d_model = architecture(model_config["model_type"]).dimensions(model_config)
+        for corpus, corpus_families in readers.items():
+            settings = config["corpora"][corpus]
+            out = results / model / corpus
+            N, length = corpus_sequences(settings, out / "encoded.h5"), settings["max_length"]
+            sizes = {"hidden_states.h5": None}
+            if N is not None:
+                sizes["hidden_states.h5"] = hidden_state_bytes(
+                    n_layers, N, length, d_model, config["dtype"]
+                )
+            for family in corpus_families:
+                shape = (config["analyses"][family.name], n_layers, N or 0, length)
+                for file, size in family.map_bytes(*shape).items():
+                    sizes[f"{family.name}/{file}"] = size if N is not None else None
+            planned += [PlannedFile(out / file, size) for file, size in sizes.items()]
+    return planned
+
+
+def readable(size: float) -> str:
+    """Bytes as GB, or MB below 1 GB."""
+    return f"{size / GB:.2f} GB" if size >= GB else f"{size / 1e6:.1f} MB"
+
+
+def free_bytes(results: Path) -> int:
+    """Free bytes on the disk that holds `results` (or would, once created)."""
+    path = results.resolve()
+    while not path.exists():
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def check_disk_space(
+    config: dict, families: dict[str, Family], results: str | Path = "results", out=sys.stderr
+) -> int:
+    """Print the estimate of the files still to write and raise DiskSpaceError when the disk
+    of `results` has less free space; returns the bytes still to write."""
+    results = Path(results)
+    to_write = [p for p in planned_files(config, families, results) if not p.path.exists()]
+    total = sum(p.size or 0 for p in to_write)
+    unsized = [str(p.path) for p in to_write if p.size is None]
+    free = free_bytes(results)
+    print(f"disk estimate: {readable(total)} still to write, {readable(free)} free", file=out)
+    for planned in to_write:
+        size = "sized when encoded" if planned.size is None else readable(planned.size)
+        print(f"  {planned.path}: {size}", file=out)
+    if total > free:
+        raise DiskSpaceError(
+            f"results folder {results}: the stores still to write need about {readable(total)}, "
+            f"but its disk has {readable(free)} free (largest: "
+            f"{max(to_write, key=lambda p: p.size or 0).path}). Free space, or shrink the run: "
+            "fewer n_sequences, dtype: float16 or bfloat16, maps_dtype: float16"
+            + (f"; not yet sized: {', '.join(unsized)}" if unsized else "")
+        )
+    return total
+
+
+def require_space(path: str | Path, size: int) -> None:
+    """Before a job writes `size` bytes at `path`: raise DiskSpaceError if its disk lacks them."""
+    free = free_bytes(Path(path).parent)
+    if size > free:
+        raise DiskSpaceError(
+            f"{path} needs up to {readable(size)}, but its disk has {readable(free)} free; "
+            "free space, or store less: fewer n_sequences, dtype: float16 or bfloat16"
+        )

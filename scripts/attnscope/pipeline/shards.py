@@ -1,0 +1,110 @@
+"""Layer shards: a per-layer analysis split into jobs that each read a block of layers.
+
+With `shards: S` (S > 1) a sharded family runs S jobs per model and corpus (rule
+`<family>_shard`, wildcard `shard` = 1..S). Shard k analyses the k-th of S consecutive,
+nearly equal blocks of layers (`shard_layers`) and writes its accumulators (`save_part`)
+and its layers' maps. The family's own rule then gathers them: the accumulators `merged`
+(`core.streaming`: every statistic of a layer lives in one shard, so the merge is exact)
+and the map datasets copied into the one maps file, so its tables are those of one job.
+"""
+
+from __future__ import annotations
+
+import functools
+import pickle
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+
+from attnscope.core.files import atomic_path
+
+
+class ShardError(ValueError):
+    """A shard setting the model cannot take (more shards than layers)."""
+
+
+def shard_layers(n_layers: int, shards: int, shard: int) -> list[int]:
+    """The layers (0-based) of shard `shard` (1-based) of `shards`: consecutive blocks whose
+    sizes differ by at most one, the larger first."""
+    if shards > n_layers:
+        raise ShardError(f"config: shards is {shards}, but the model has {n_layers} layers")
+    if not 1 <= shard <= shards:
+        raise ShardError(f"shard {shard} is not one of 1..{shards}")
+    size, extra = divmod(n_layers, shards)
+    start = (shard - 1) * size + min(shard - 1, extra)
+    return list(range(start, start + size + (shard <= extra)))
+
+
+def save_part(path: str | Path, part) -> None:
+    """Write a shard's accumulators (any picklable object) to `path`, atomically."""
+    with atomic_path(path) as partial:
+        Path(partial).write_bytes(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def gather_parts(paths: list[str | Path]):
+    """The shards' accumulators merged into those of the whole model (shards in order)."""
+    from attnscope.core.streaming import merged
+
+    parts = [pickle.loads(Path(path).read_bytes()) for path in paths]
+    return functools.reduce(merged, parts)
+
+
+def gather_maps(paths: list[str | Path], out) -> None:
+    """Copy every dataset of the shards' map files (HDF5, disjoint names) into the open HDF5
+    file `out`, chunk by chunk, with the first file's attributes."""
+    import h5py
+
+    for k, path in enumerate(paths):
+        with h5py.File(path, "r") as part:
+            if k == 0:
+                out.attrs.update(part.attrs)
+
+            def copy(name, item, part=part):
+                if isinstance(item, h5py.Dataset):
+                    part.copy(item, out, name=name)
+
+            part.visititems(copy)
+
+
+def sharded_analysis(snakemake, log, analyse: Callable):
+    """Run the job of a sharded family that `snakemake` describes; return the result its
+    tables are written from, or None for a shard's job (its part saved to `output.part`).
+
+    - the gathering job (input `parts`, with shards: S > 1): the shards' results `merged`,
+      and their maps (input `part_maps`) copied into `output.maps`;
+    - otherwise `analyse(loaded, store, maps, layers)` with the model (`open_model`, the
+      `loading` setting), the hidden-state store, the open `output.maps` HDF5 file (None
+      when the family writes none) and the 0-based layers to analyse: a shard's block, or
+      None (all) in the one job of shards: 1.
+    """
+    from attnscope.core.store import HiddenStates, atomic_h5
+    from attnscope.pipeline.models import open_model
+
+    output, parts = snakemake.output, snakemake.input.get("parts")
+    maps_path = output.get("maps")
+    if parts:
+        log.info("gathering %d layer shards", len(parts))
+        if maps_path:
+            with atomic_h5(maps_path) as maps:
+                gather_maps(snakemake.input.part_maps, maps)
+        return gather_parts(parts)
+    loaded = open_model(
+        snakemake.input.manifest,
+        snakemake.config["device"],
+        log,
+        hidden_states=snakemake.input.hidden_states,
+        loading=snakemake.config["loading"],
+    )
+    shard, layers = snakemake.wildcards.get("shard"), None
+    if shard:
+        layers = shard_layers(loaded.weights.n_layers, snakemake.config["shards"], int(shard))
+        log.info("shard %s: layers %d to %d", shard, layers[0] + 1, layers[-1] + 1)
+    opened = atomic_h5(maps_path) if maps_path else nullcontext()
+    with HiddenStates(snakemake.input.hidden_states) as store, opened as maps:
+        log.info("%d sequences of at most %d pieces", store.n_sequences, store.length)
+        result = analyse(loaded, store, maps, layers)
+    if not shard:
+        return result
+    save_part(output.part, result)
+    log.info("wrote %s", output.part)
+    return None

@@ -1,0 +1,57 @@
+"""The gradient analysis with one layer's weights in memory (`loading: layer-streamed`).
+
+The loss's forward is the stored one for a causal LM whose store is a float32 forward's;
+otherwise (a masked LM reads [MASK] where the store holds the original pieces, or a 16-bit
+store) the states of the inputs the loss sees are first extracted layer by layer into a
+scratch store. Then `layerwise_gradient_importance` carries dL/dX back from the head, layer
+by layer. Scratch files live in a temporary folder beside the output and are removed.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import h5py
+import pandas as pd
+
+from attnscope.analyses.weights.gradients import layerwise_gradient_importance, loss_targets
+from attnscope.core.store import TOKEN_ARRAYS, HiddenStates
+from attnscope.pipeline.extract import extract_streamed
+from attnscope.pipeline.streamed_weights import streamed_head, streamed_model
+
+
+def streamed_gradient_importance(
+    folder: str | Path,
+    store: HiddenStates,
+    head_kind: str,
+    mask_token_id: int | None,
+    rate: float,
+    seed: int,
+    batch_size: int,
+    device: str,
+    scratch_folder: str | Path,
+    limit: int | None = None,
+    log=None,
+) -> pd.DataFrame:
+    """`gradient_importance`'s table for the checkpoint in `folder` (its `head_kind` LM head:
+    masked, or causal with `mask_token_id` None) over the first `limit` sequences of `store`
+    (all if None)."""
+    total = min(limit or store.n_sequences, store.n_sequences)
+    targets = loss_targets(store, mask_token_id, rate, seed, total)
+    with tempfile.TemporaryDirectory(dir=scratch_folder, prefix="gradients-") as scratch:
+        scratch = Path(scratch)
+        states_path = store.path
+        if mask_token_id is not None or not store.exact:
+            encoded, states_path = scratch / "encoded.h5", scratch / "states.h5"
+            with h5py.File(encoded, "w") as f:
+                for name in TOKEN_ARRAYS:
+                    f[name] = getattr(store, name)[:total]
+                f["input_ids"][...] = targets.inputs
+            extract_streamed(folder, encoded, states_path, batch_size, device)
+        _, weights = streamed_model(folder, device)
+        head = streamed_head(folder, head_kind, device)
+        with HiddenStates(states_path) as states, h5py.File(scratch / "grad.h5", "w") as grad:
+            return layerwise_gradient_importance(
+                states, weights, head, targets, grad, batch_size, device, log
+            )

@@ -1,0 +1,152 @@
+"""Layer shards: each shard analyses a block of layers, and the gathered accumulators and maps
+are exactly those of one job over every layer (norms, mixing, weights statistics, position
+scans)."""
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnscope.analyses.mixing.corpus import analyse_corpus as mixing_corpus
+from attnscope.analyses.norms.corpus import analyse_corpus as norms_corpus
+from attnscope.analyses.position import scan
+from attnscope.analyses.position.diagonals import select_heads
+from attnscope.analyses.weights.statistics import accumulate_statistics
+from attnscope.architectures import canonical_weights
+from attnscope.core.store import HiddenStates, atomic_h5
+from attnscope.core.streaming import BottomKSample, merged
+from attnscope.pipeline.extract import extract
+from attnscope.pipeline.shards import (
+    ShardError,
+    gather_maps,
+    gather_parts,
+    save_part,
+    shard_layers,
+)
+from conftest import tiny_model, write_tiny_encoded
+
+N_LAYERS = 5
+
+
+def test_shards_are_consecutive_blocks_covering_every_layer_once():
+    for n_layers in (1, 2, 5, 12, 32):
+        for shards in range(1, n_layers + 1):
+            blocks = [shard_layers(n_layers, shards, k) for k in range(1, shards + 1)]
+            assert sum(blocks, []) == list(range(n_layers))
+            sizes = [len(block) for block in blocks]
+            assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1
+            assert sizes == sorted(sizes, reverse=True)
+    with pytest.raises(ShardError, match="config: shards is 6, but the model has 5 layers"):
+        shard_layers(5, 6, 1)
+
+
+def test_samples_of_different_sizes_do_not_merge():
+    with pytest.raises(ValueError, match="different sizes"):
+        merged(BottomKSample(10, 4), BottomKSample(20, 4))
+    with pytest.raises(ValueError, match="disagree on a setting"):
+        merged({"seed": 0}, {"seed": 1})
+
+
+def run(analyse, tmp_path, family, name, layers=None):
+    """(accumulators, maps file) of `analyse` over `layers` of a 5-layer tiny model."""
+    folder = tmp_path / family
+    store_path = folder / "hidden_states.h5"
+    model = tiny_model(family, layers=N_LAYERS)
+    if not store_path.exists():
+        folder.mkdir(exist_ok=True)
+        encoded = write_tiny_encoded(folder / "encoded.h5", family, batch=7, length=16)
+        extract(model, encoded, store_path, batch_size=3, device="cpu")
+    maps_path = folder / f"{name}.h5"
+    with HiddenStates(store_path) as store, atomic_h5(maps_path) as maps:
+        result = analyse(store, canonical_weights(model), model, maps, layers)
+    return result, maps_path
+
+
+def norms(store, weights, model, maps, layers):
+    # a sample smaller than the stream: the merge must keep the smallest keys of the shards
+    return norms_corpus(
+        store, weights, model, maps, batch_size=3, device="cpu", sample_size=40, seed=3,
+        max_rel_residual=1e-4, layers=layers,
+    )  # fmt: skip
+
+
+def mixing(store, weights, model, maps, layers):
+    return mixing_corpus(
+        store, weights, model, maps, batch_size=3, device="cpu", ig_steps=0,
+        max_rel_residual=1e-4, maps_dtype="float32", layers=layers,
+    )  # fmt: skip
+
+
+def weights(store, weights, model, maps, layers):  # writes no maps
+    return accumulate_statistics(store, weights, batch_size=3, layers=layers)
+
+
+def position(store, weights, model, maps, layers):  # writes no maps
+    if weights.rotary:
+        return scan.scan_trt(store, weights, t_max=3, batch_size=3, device="cpu", layers=layers)
+    return scan.scan(store, weights, t_max=3, xcorr_t_max=4, batch_size=3, layers=layers)
+
+
+def position_tables(result) -> dict[str, pd.DataFrame]:
+    if not isinstance(result, scan.ScanResult):  # a rotary model: tr_t(A) alone
+        return {"trt": scan.trt_table(result, list(range(-3, 4)))}
+    heads = select_heads(scan.mean_trt(result), result.offsets, [])
+    return {
+        "trt": scan.trt_table(result.trt, result.offsets),
+        "identity": scan.identity_table(result),
+        "xcov_sum": scan.xcov_sum_table(result),
+        "spectra": scan.spectra_table(result),
+        "shifts": scan.shifts_table(result),
+        "g_map": scan.g_map_table(result, heads),
+        "xcorr": scan.xcorr_table(result, heads),
+    }
+
+
+def tables_of(analysis, result) -> dict[str, pd.DataFrame]:
+    if analysis is position:
+        return position_tables(result)
+    if analysis is norms:
+        accumulator, residual = result
+        return {**accumulator.tables(0.5, 20), "decomposition_check": residual}
+    if analysis is weights:
+        return dict(zip(("heads", "layers"), result.tables(), strict=True))
+    return {"ratios": result.ratios.table(), "rsa": result.rsa.table(), "check": result.check}
+
+
+def datasets(f: h5py.File) -> list[str]:
+    found = []
+    f.visititems(lambda name, item: found.append(name) if isinstance(item, h5py.Dataset) else None)
+    return sorted(found)
+
+
+def assert_same_maps(a, b) -> None:
+    with h5py.File(a) as one, h5py.File(b) as other:
+        assert datasets(one) and datasets(one) == datasets(other)
+        for name in datasets(one):
+            np.testing.assert_array_equal(one[name][()], other[name][()], err_msg=name)
+        assert dict(one.attrs).keys() == dict(other.attrs).keys()
+
+
+@pytest.mark.parametrize("analysis", [norms, mixing, weights, position], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("family", ["bert", "llama"])
+@pytest.mark.parametrize("shards", [2, 3])
+def test_gathered_shards_equal_one_job_over_every_layer(tmp_path, analysis, family, shards):
+    whole, whole_maps = run(analysis, tmp_path, family, "whole")
+    parts, part_maps = [], []
+    for k in range(1, shards + 1):
+        layers = shard_layers(N_LAYERS, shards, k)
+        result, maps = run(analysis, tmp_path, family, f"shard{k}", layers)
+        save_part(tmp_path / f"shard{k}.pkl", result)
+        parts.append(tmp_path / f"shard{k}.pkl")
+        part_maps.append(maps)
+    gathered = gather_parts(parts)
+    with atomic_h5(tmp_path / "gathered.h5") as out:
+        gather_maps(part_maps, out)
+    expected, got = tables_of(analysis, whole), tables_of(analysis, gathered)
+    assert expected.keys() == got.keys()
+    for name in expected:
+        pd.testing.assert_frame_equal(got[name], expected[name], check_exact=True, obj=name)
+    if analysis in (norms, mixing):
+        assert_same_maps(whole_maps, tmp_path / "gathered.h5")
+    if analysis is norms:  # the sample was cut: pairs were offered beyond its size
+        assert all(s.seen > s.size for s in whole[0].samples.values() if s.seen)
