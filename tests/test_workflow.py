@@ -378,8 +378,10 @@ def test_layer_streamed_loading_gives_the_whole_models_results(tiny_run, tmp_pat
 def test_two_layer_shards_gather_the_unsharded_tables_and_maps(tiny_run, tmp_path):
     """`shards: 2`: two norms_shard, mixing_shard, weights_shard and position_shard jobs per
     corpus (one layer each of the tiny model) and their gather give every table and map of
-    the one-job run, byte for byte and value for value (tools/compare_results.py, exact); the
-    shards' files are removed."""
+    the one-job run within the README's promise across runs (tools/compare_results.py, 1e-5
+    of each column's largest value); the shards' files are removed. The merge itself is exact
+    (tests/test_shards.py, in one process); separate jobs may round a sum differently: one
+    CI run had the weights entropy of a shard job 2.6e-6 (relative) off the one-job run."""
     import shutil
 
     workdir, config = tiny_run
@@ -406,7 +408,7 @@ def test_two_layer_shards_gather_the_unsharded_tables_and_maps(tiny_run, tmp_pat
             shutil.copy(run / target, tmp_path / name / target)
     compared = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "compare_results.py"),
-         str(tmp_path / "one-job"), str(tmp_path / "sharded")],
+         str(tmp_path / "one-job"), str(tmp_path / "sharded"), "--rtol", "1e-5"],
         capture_output=True, text=True,
     )  # fmt: skip
     assert compared.returncode == 0, compared.stdout[-3000:]
