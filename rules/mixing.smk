@@ -36,6 +36,7 @@ rule mixing_shard:
         slurm_partition=partition,
     params:
         **MIXING_PARAMS,
+        shards=SHARDS,
     script:
         "../scripts/mixing_compute.py"
 

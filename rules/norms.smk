@@ -58,6 +58,7 @@ rule norms_shard:
         slurm_partition=partition,
     params:
         **NORMS_PARAMS,
+        shards=SHARDS,
     script:
         "../scripts/norms_compute.py"
 

@@ -73,6 +73,7 @@ rule position_shard:
         slurm_partition=partition,
     params:
         **POSITION_SCAN_PARAMS,
+        shards=SHARDS,
     script:
         "../scripts/position_corpus.py"
 

@@ -30,6 +30,7 @@ rule weights_shard:
         slurm_partition=partition,
     params:
         batch_size=config["batch_size"],
+        shards=SHARDS,
     script:
         "../scripts/weights_stats.py"
 

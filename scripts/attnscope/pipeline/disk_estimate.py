@@ -4,11 +4,11 @@ Per model and corpus: hidden_states.h5, (n_layers + 1) states of [N, length, d] 
 configured `dtype` (chunks past a batch's longest sequence are not stored, so short
 sequences take less; a chunk that does not divide `max_length` can add its overhang, which
 extraction counts when it checks the disk again), and each family's per-pair map files
-(`Family.map_bytes`, exact). Tables, figures and views
-are small beside them and left out. Files already in the results folder count as written.
-N is the corpus's `n_sequences` (an upper bound), the number of `texts`, or the sequences of
-its encoded.h5 once encoded; a corpus of all its data (`n_sequences: 0`) is sized when it is
-encoded (extraction checks the disk again then, with the exact size).
+(`Family.map_bytes`, exact). Tables, figures and views are small beside them and left out.
+Files already in the results folder count as written. N is the corpus's `n_sequences` (an
+upper bound), the number of `texts`, or the sequences of its encoded.h5 once encoded; a
+corpus of all its data (`n_sequences: 0`) is sized when it is encoded (extraction checks the
+disk again then, with the exact size).
 """
 
 from __future__ import annotations

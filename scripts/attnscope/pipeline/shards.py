@@ -75,7 +75,8 @@ def sharded_analysis(snakemake, log, analyse: Callable):
     - otherwise `analyse(loaded, store, maps, layers)` with the model (`open_model`, the
       `loading` setting), the hidden-state store, the open `output.maps` HDF5 file (None
       when the family writes none) and the 0-based layers to analyse: a shard's block, or
-      None (all) in the one job of shards: 1.
+      None (all) in the one job of shards: 1. A shard's rule passes `shards` as a param,
+      so that another shard count reruns the shards.
     """
     from attnscope.core.store import HiddenStates, atomic_h5
     from attnscope.pipeline.models import open_model
@@ -97,7 +98,7 @@ def sharded_analysis(snakemake, log, analyse: Callable):
     )
     shard, layers = snakemake.wildcards.get("shard"), None
     if shard:
-        layers = shard_layers(loaded.weights.n_layers, snakemake.config["shards"], int(shard))
+        layers = shard_layers(loaded.weights.n_layers, snakemake.params.shards, int(shard))
         log.info("shard %s: layers %d to %d", shard, layers[0] + 1, layers[-1] + 1)
     opened = atomic_h5(maps_path) if maps_path else nullcontext()
     with HiddenStates(snakemake.input.hidden_states) as store, opened as maps:
