@@ -100,7 +100,8 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from attnscope.data.corpora import encode_corpus, write_encoded
+    from attnscope.core.store import write_encoded
+    from attnscope.data.corpora import encode_corpus
 
     mirror = Path(os.environ.get("ATTNSCOPE_MIRROR", ROOT.parent / "shared" / "data"))
     files = [str(mirror / "wikitext-2" / "valid.txt"), str(mirror / "wikitext-2" / "test.txt")]

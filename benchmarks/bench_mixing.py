@@ -47,11 +47,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-from attnscope.analyses.mixing.layer_decomposition import (  # noqa: E402
+from attnscope.architectures import canonical_weights  # noqa: E402
+from attnscope.maps.layer_decomposition import (  # noqa: E402
     feed_forward_parts,
     layer_stages,
 )
-from attnscope.architectures import canonical_weights  # noqa: E402
 
 SHAPES = {
     "bert": "BERT-base layer shapes: n {n}, d 768, d_ff 3072, 12 heads",

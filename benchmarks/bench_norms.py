@@ -1,7 +1,7 @@
 """Head-summed norm maps ||sum_h alpha^h_ij f^h(x_j)||: Gram route vs the direct route.
 
 Direct (as the original Kobayashi et al. code did): build alpha f(x) as a [B, H, n, n, d]
-tensor, sum over heads, take norms. Gram (attnscope.analyses.norms.summed_norms):
+tensor, sum over heads, take norms. Gram (attnscope.maps.head_norms):
 the H x H Gram matrix of the f^h(x_j) per token, ||sum_h a_h f_h||^2 = a^T G_j a.
 
 Inputs: one BERT-base-sized layer with random weights (d 768, H 12, n 128, `--batch`
@@ -30,9 +30,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
-from attnscope.analyses.norms.summed_norms import head_summed_norms  # noqa: E402
 from attnscope.architectures import canonical_weights  # noqa: E402
 from attnscope.core.attention import attention_probs, value_vectors  # noqa: E402
+from attnscope.maps.head_norms import head_summed_norms  # noqa: E402
 
 
 def direct_norms(alpha: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:

@@ -31,9 +31,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_mixing import median_seconds, peak_rise_mib  # noqa: E402
 
-from attnscope.analyses.mixing.corpus import ResidualLog, layer_scope_maps  # noqa: E402
-from attnscope.analyses.mixing.propagation import propagate  # noqa: E402
 from attnscope.architectures import architecture, canonical_weights  # noqa: E402
+from attnscope.core.checks import ResidualLog  # noqa: E402
+from attnscope.maps.layer_maps import layer_scope_maps  # noqa: E402
+from attnscope.maps.propagation import propagate  # noqa: E402
 
 
 def random_bert(layers: int, device: str):

@@ -127,7 +127,7 @@ def write_corpus(path: Path, vocab: int, sequences: int, length: int) -> None:
     """encoded.h5 of random pieces, every position real."""
     import numpy as np
 
-    from attnscope.data.corpora import EncodedCorpus, write_encoded
+    from attnscope.core.store import EncodedCorpus, write_encoded
 
     rng = np.random.default_rng(0)
     shape = (sequences, length)
@@ -152,8 +152,8 @@ import sys, time
 sys.path.insert(0, {scripts!r})
 import h5py, torch
 from transformers import AutoModel
-from attnscope.analyses.mixing.corpus import analyse_corpus as mixing
-from attnscope.analyses.norms.corpus import analyse_corpus as norms
+from attnscope.analyses.mixing.corpus_pass import corpus_pass as mixing
+from attnscope.analyses.norms.corpus_pass import corpus_pass as norms
 from attnscope.architectures import canonical_weights
 from attnscope.core.store import HiddenStates
 from attnscope.pipeline import runlog

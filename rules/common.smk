@@ -1,9 +1,10 @@
 # Helpers shared by every .smk file: config checks, look-ups, input functions and targets.
 # All functions live here: `snakemake --lint` asks that files of rules hold no functions.
+from attnscope.data.corpora import KINDS as CORPUS_KINDS  # noqa: E402
 from attnscope.data.datasets import files_for_kind  # noqa: E402
 from attnscope.pipeline.config_checks import check_config  # noqa: E402
 from attnscope.pipeline.models import local_model_files  # noqa: E402
-from attnscope.pipeline.outputs import families  # noqa: E402
+from attnscope.pipeline.outputs import families, figure_paths  # noqa: E402
 
 FAMILIES = families()
 check_config(config, FAMILIES)  # every cross-field check, before any job
@@ -48,11 +49,13 @@ def model_source_files(wildcards):
 
 
 def corpus_data_files(wildcards):
-    """The files a corpus is built from: acquired data, or the user's file (kind clark)."""
+    """The files a corpus is built from: the user's file its kind names (clark: path), and
+    the acquired data files."""
     settings = config["corpora"][wildcards.corpus]
-    if settings["kind"] == "clark":
-        return [settings["path"]]
-    return [f"resources/data/{f.relpath}" for f in files_for_kind(settings["kind"])]
+    own = CORPUS_KINDS[settings["kind"]].own_files(settings)
+    return own + [
+        f"resources/data/{f.relpath}" for f in files_for_kind(settings["kind"])
+    ]
 
 
 def gpu_count(wildcards=None):
@@ -120,69 +123,52 @@ def report_targets():
     return ["results/software/versions.tsv", "results/software/config.yaml"]
 
 
-# Figures: one generic rule per scope draws any declared figure (rules/figures.smk).
+# Figures: one rule per declared figure (rules/figures.smk).
+
+FIGURE_SUBCATEGORIES = {
+    "corpus": "{model} / {corpus}",
+    "model": "{model} / model",
+    "all": "all models",
+}
 
 
-def figure_names(scope):
-    """Regex of the figure names declared for a scope, for the rule's wildcard constraint."""
-    names = {
-        f.name for fam in FAMILIES.values() for f in fam.figures if f.scope == scope
-    }
-    return "|".join(sorted(names)) or "(?!)"
-
-
-def figure_declaration(wildcards):
-    """(Family, Figure) of a figure job; model-level paths name no family, only the figure."""
-    if "family" in wildcards.keys():
-        family = FAMILIES[wildcards.family]
-    else:
-        family = next(
-            fam
-            for fam in FAMILIES.values()
-            if any(
-                f.name == wildcards.figure and f.scope == "model" for f in fam.figures
-            )
-        )
-    return family, family.figure(wildcards.figure)
-
-
-def figure_tables(wildcards):
-    """{table stem: path} of a figure's tables (a list over models for an `all` figure)."""
-    family, figure = figure_declaration(wildcards)
+def figure_tables(family, figure):
+    """{table stem: path pattern} of a figure's tables (a list over models for an `all`
+    figure)."""
     if figure.scope == "all":
         return {
             file.split(".")[0]: expand(family.table(file, "model"), model=MODELS)
             for file in figure.tables
         }
     return {
-        file.split(".")[0]: family.table(file, figure.scope).format(**wildcards)
-        for file in figure.tables
+        file.split(".")[0]: family.table(file, figure.scope) for file in figure.tables
     }
 
 
-def figure_params(wildcards):
-    """What the drawing script needs: family, figure, its settings, and the caption text."""
-    family, figure = figure_declaration(wildcards)
-    settings = {key: config["analyses"][family.name][key] for key in figure.settings}
-    if figure.scope == "all":
-        settings |= {"models": MODELS, "title": "all models"}
-    else:
+def figure_log(family, figure):
+    """The log of a figure job, in the logs folder of its scope."""
+    logs = {
+        "corpus": "results/{model}/{corpus}/logs",
+        "model": "results/{model}/logs",
+        "all": "results/logs",
+    }
+    return f"{logs[figure.scope]}/figure_{family.name}_{figure.name}.log"
+
+
+def figure_settings(family, figure):
+    """Params function: the figure's settings from its family's config block, and its title
+    (model / corpus, model, or all models)."""
+
+    def settings(wildcards):
+        chosen = {key: config["analyses"][family.name][key] for key in figure.settings}
+        if figure.scope == "all":
+            return chosen | {"models": MODELS, "title": "all models"}
         place = [wildcards.model] + (
             [wildcards.corpus] if figure.scope == "corpus" else []
         )
-        settings["title"] = " / ".join(place)
-    caption = Path(workflow.basedir) / "report" / family.name / f"{figure.name}.rst"
-    return {
-        "family": family.name,
-        "name": figure.name,
-        "settings": settings,
-        "caption": caption.read_text(),
-    }
+        return chosen | {"title": " / ".join(place)}
 
-
-def figure_category(wildcards):
-    """Report category of a figure: its family's title."""
-    return figure_declaration(wildcards)[0].title
+    return settings
 
 
 def position_encoded(wildcards):
@@ -191,24 +177,37 @@ def position_encoded(wildcards):
     return f"results/{wildcards.model}/{corpus}/encoded.h5"
 
 
-def probing_mixing_maps(wildcards):
-    """{"mixing": maps.h5} when probing's sources name mixing scopes, else {}. The mixing
-    family must be enabled and read this corpus; otherwise a clear error."""
-    scopes = [
-        s
-        for s in config["analyses"]["probing"]["sources"]
-        if s not in ("weights", "norms")
-    ]
-    if not scopes:
-        return {}
-    mixing = config["analyses"].get("mixing", {})
-    corpora = FAMILIES["mixing"].corpora(mixing) if "mixing" in FAMILIES else []
-    if not mixing.get("enabled", True) or wildcards.corpus not in corpora:
-        raise ValueError(
-            f"analyses.probing.sources names mixing scopes {scopes}, but the mixing family "
-            f"is not enabled for corpus {wildcards.corpus!r}"
-        )
-    return {"mixing": f"results/{wildcards.model}/{wildcards.corpus}/mixing/maps.h5"}
+def needed_tables(family_name):
+    """Input function: {<family>_<stem>: path} of the other families' tables that the jobs
+    of `family_name` read for this model and corpus (`Family.needs`); a clear error when
+    that family is switched off or does not read the corpus."""
+
+    def tables(wildcards):
+        found = {}
+        for need in FAMILIES[family_name].needs:
+            files = need.tables(config["analyses"][family_name])
+            if files and wildcards.corpus not in family_corpora(need.family):
+                raise ValueError(
+                    f"analyses.{family_name} reads the {need.family} family's "
+                    f"{', '.join(files)} (its settings ask for it), but the {need.family} "
+                    f"family is not enabled for corpus {wildcards.corpus!r}"
+                )
+            for file in files:
+                path = FAMILIES[need.family].table(file).format(**wildcards)
+                found[f"{need.family}_{file.split('.')[0]}"] = path
+        return found
+
+    return tables
+
+
+def needed_settings(family_name):
+    """{key: value} of the other families' settings that the jobs of `family_name` read
+    (`Family.needs`), passed to them as params."""
+    return {
+        key: config["analyses"][need.family][key]
+        for need in FAMILIES[family_name].needs
+        for key in need.settings
+    }
 
 
 def view_sequences(wildcards):

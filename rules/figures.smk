@@ -1,72 +1,34 @@
-# Figures, drawn from tables only: one rule per scope draws every declared figure of that
-# scope (analyses/<family>/outputs.py) with analyses/<family>/plots.py. The report caption
-# is report/<family>/<figure>.rst, passed through report/figure.rst.
+# Figures, drawn from tables only: one rule per declared figure, named
+# <family>_figure_<figure> (norms_figure_alpha_fx_scatter), made from the declarations in
+# analyses/<family>/outputs.py. Each draws with the function of the same name in
+# analyses/<family>/plots.py; its report caption is report/<family>/<figure>.rst.
 
+for family in FAMILIES.values():
+    for figure in family.figures:
 
-rule figure_corpus:
-    input:
-        unpack(figure_tables),
-    output:
-        svg=report(
-            "results/{model}/{corpus}/{family}/figures/{figure}.svg",
-            caption="../report/figure.rst",
-            category=figure_category,
-            subcategory="{model} / {corpus}",
-        ),
-        png="results/{model}/{corpus}/{family}/figures/{figure}.png",
-    log:
-        "results/{model}/{corpus}/logs/figure_{family}_{figure}.log",
-    wildcard_constraints:
-        figure=figure_names("corpus"),
-    conda:
-        "../envs/plots.yaml"
-    params:
-        figure=figure_params,
-    script:
-        "../scripts/draw_figure.py"
-
-
-rule figure_model:
-    input:
-        unpack(figure_tables),
-    output:
-        svg=report(
-            "results/{model}/model/figures/{figure}.svg",
-            caption="../report/figure.rst",
-            category=figure_category,
-            subcategory="{model} / model",
-        ),
-        png="results/{model}/model/figures/{figure}.png",
-    log:
-        "results/{model}/logs/figure_{figure}.log",
-    wildcard_constraints:
-        figure=figure_names("model"),
-    conda:
-        "../envs/plots.yaml"
-    params:
-        figure=figure_params,
-    script:
-        "../scripts/draw_figure.py"
-
-
-rule figure_all_models:
-    input:
-        unpack(figure_tables),
-    output:
-        svg=report(
-            "results/{family}_{figure}.svg",
-            caption="../report/figure.rst",
-            category=figure_category,
-            subcategory="all models",
-        ),
-        png="results/{family}_{figure}.png",
-    log:
-        "results/logs/figure_{family}_{figure}.log",
-    wildcard_constraints:
-        figure=figure_names("all"),
-    conda:
-        "../envs/plots.yaml"
-    params:
-        figure=figure_params,
-    script:
-        "../scripts/draw_figure.py"
+        rule:
+            name:
+                f"{family.name}_figure_{figure.name}"
+            input:
+                **figure_tables(family, figure),
+            output:
+                svg=report(
+                    figure_paths(family, figure)[0],
+                    caption=f"../report/{family.name}/{figure.name}.rst",
+                    category=family.title,
+                    subcategory=FIGURE_SUBCATEGORIES[figure.scope],
+                ),
+                png=figure_paths(family, figure)[1],
+            log:
+                figure_log(family, figure),
+            conda:
+                "../envs/plots.yaml"
+            resources:
+                runtime=10,
+                mem_mb=2000,
+            params:
+                family=family.name,
+                figure=figure.name,
+                settings=figure_settings(family, figure),
+            script:
+                "../scripts/draw_figure.py"

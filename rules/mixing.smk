@@ -1,4 +1,4 @@
-# Whole-layer token mixing (Kobayashi et al. 2021, 2024; ANALYSES.md section 3).
+# Whole-layer token mixing (Kobayashi et al., EMNLP 2021 and ICLR 2024).
 # Outputs are declared in scripts/attnscope/analyses/mixing/outputs.py.
 
 MIXING = config["analyses"]["mixing"]

@@ -1,4 +1,5 @@
-# Norm-based analysis of attention (Kobayashi et al. 2020; ANALYSES.md section 2).
+# Norm-based analysis of attention (Kobayashi et al., EMNLP 2020, "Attention is Not
+# Only a Weight").
 # Outputs are declared in scripts/attnscope/analyses/norms/outputs.py.
 
 NORMS = config["analyses"]["norms"]

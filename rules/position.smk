@@ -1,4 +1,4 @@
-# Position analyses (Yamamoto & Matsuzaki; ANALYSES.md section 4): position-embedding spectra and
+# Position analyses (Yamamoto & Matsuzaki, EMNLP 2023): position-embedding spectra and
 # PCA, the SVD of W^A = W^Q (W^K)^T and the rotation R per head (weights only, on the CPU), then
 # one streaming pass over the position corpus for tr_t(A), spectra of X/Q/K, eigen-waves and
 # xcov/xcorr, and k-means over tr_t(A). Outputs: scripts/attnscope/analyses/position/outputs.py.

@@ -1,4 +1,4 @@
-# Syntax and coreference heads and attention probes (Clark et al. 2019; ANALYSES.md section 5).
+# Syntax and coreference heads and attention probes (Clark et al. 2019, sections 4-5).
 # Outputs are declared in scripts/attnscope/analyses/probing/outputs.py.
 
 PROBING = config["analyses"]["probing"]
@@ -12,7 +12,7 @@ rule probing:
 
 rule probing_syntax:
     input:
-        unpack(probing_mixing_maps),
+        unpack(needed_tables("probing")),
         manifest=manifest,
         hidden_states=hidden_states,
         encoded="results/{model}/{corpus}/encoded.h5",
@@ -64,7 +64,7 @@ rule probing_probe:
 
 rule probing_coref:
     input:
-        unpack(probing_mixing_maps),
+        unpack(needed_tables("probing")),
         manifest=manifest,
         hidden_states=hidden_states,
         encoded="results/{model}/{corpus}/encoded.h5",

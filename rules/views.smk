@@ -33,11 +33,11 @@ rule views_pages:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
+        **needed_settings("views"),
         sequences=view_sequences,
         max_pages=VIEWS["max_pages"],
         scopes=VIEWS["scopes"],
         ig_steps=VIEWS["ig_steps"],
         top_k=VIEWS["top_k"],
-        contrast=config["analyses"]["mixing"]["contrast"],
     script:
         "../scripts/views_pages.py"

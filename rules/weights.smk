@@ -1,4 +1,4 @@
-# Attention-weight analyses and head clustering (Clark et al. 2019; ANALYSES.md section 1).
+# Attention-weight analyses and head clustering (Clark et al. 2019, sections 3 and 6).
 # Outputs are declared in scripts/attnscope/analyses/weights/outputs.py.
 
 WEIGHTS = config["analyses"]["weights"]

@@ -1,4 +1,5 @@
-"""Draw one declared figure of one analysis family from its tables (every figure rule)."""
+"""Draw one declared figure from its tables with the function of the same name in the
+family's plots module (every <family>_figure_<figure> rule)."""
 
 import importlib
 
@@ -9,7 +10,7 @@ from attnscope.core.tables import is_not_applicable
 from attnscope.pipeline import runlog
 
 log = runlog.start(snakemake)
-figure = snakemake.params.figure  # family, name, settings, caption (rules/common.smk)
+params = snakemake.params  # family, figure, settings (rules/figures.smk)
 
 
 def read(paths):
@@ -19,13 +20,13 @@ def read(paths):
     return [pd.read_csv(path, sep="\t") for path in paths]
 
 
-plots = importlib.import_module(f"attnscope.analyses.{figure['family']}.plots")
+plots = importlib.import_module(f"attnscope.analyses.{params.family}.plots")
 tables = {name: read(paths) for name, paths in snakemake.input.items()}
 single = [table for table in tables.values() if isinstance(table, pd.DataFrame)]
 skipped = next((table for table in single if is_not_applicable(table)), None)
 if skipped is not None:  # e.g. a learned-position analysis of a rotary model
-    drawn = status_figure(skipped["status"].iloc[0], figure["settings"]["title"])
+    drawn = status_figure(skipped["status"].iloc[0], params.settings["title"])
 else:
-    drawn = plots.FIGURES[figure["name"]](**tables, **figure["settings"])
+    drawn = getattr(plots, params.figure)(**tables, **params.settings)
 save_figure(drawn, snakemake.output.svg, snakemake.output.png)
-log.info("drew %s / %s", figure["family"], figure["name"])
+log.info("drew %s / %s", params.family, params.figure)

@@ -2,7 +2,8 @@
 
 from transformers import AutoTokenizer
 
-from attnscope.data.corpora import encode_corpus, write_encoded
+from attnscope.core.store import write_encoded
+from attnscope.data.corpora import encode_corpus
 from attnscope.pipeline import runlog
 from attnscope.pipeline.models import check_model_unchanged, read_manifest
 

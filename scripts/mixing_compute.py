@@ -1,7 +1,7 @@
 """Whole-layer mixing maps, ratios, RSA and decomposition checks of one model on one corpus:
 all layers in one job, one layer shard's (rule mixing_shard), or the shards gathered."""
 
-from attnscope.analyses.mixing.corpus import analyse_corpus
+from attnscope.analyses.mixing.corpus_pass import corpus_pass
 from attnscope.core.files import write_table
 from attnscope.pipeline import runlog
 from attnscope.pipeline.shards import sharded_analysis
@@ -12,7 +12,7 @@ output = snakemake.output
 
 
 def analyse(loaded, store, maps, layers):
-    return analyse_corpus(
+    return corpus_pass(
         store,
         loaded.weights,
         loaded.model,

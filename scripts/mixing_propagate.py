@@ -3,9 +3,10 @@ and the prediction's attribution, of one model on one corpus."""
 
 from transformers import AutoTokenizer
 
-from attnscope.analyses.mixing.propagation_corpus import Prediction, analyse_depth
+from attnscope.analyses.mixing.depth_pass import depth_pass
 from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates, atomic_h5, open_store
+from attnscope.maps.prediction import Prediction
 from attnscope.pipeline import runlog
 from attnscope.pipeline.models import open_model
 
@@ -27,7 +28,7 @@ with (
     open_store(snakemake.input.maps, "mixing_compute") as layer_maps,
     atomic_h5(output.propagated) as propagated,
 ):
-    result = analyse_depth(
+    result = depth_pass(
         store,
         loaded.weights,
         loaded.model,

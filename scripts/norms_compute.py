@@ -1,7 +1,7 @@
 """||x||, ||f(x)||, alpha vs ||f(x)|| and the head-summed norm maps of one model on one corpus:
 all layers in one job, one layer shard's (rule norms_shard), or the shards gathered."""
 
-from attnscope.analyses.norms.corpus import analyse_corpus
+from attnscope.analyses.norms.corpus_pass import corpus_pass
 from attnscope.core.files import write_table
 from attnscope.pipeline import runlog
 from attnscope.pipeline.shards import sharded_analysis
@@ -11,7 +11,7 @@ params = snakemake.params
 
 
 def analyse(loaded, store, maps, layers):
-    return analyse_corpus(
+    return corpus_pass(
         store,
         loaded.weights,
         loaded.model,

@@ -3,8 +3,9 @@ the identity checks, in one streaming pass over the stored layer inputs: all lay
 one layer shard's (rule position_shard), or the shards gathered. On a rotary model only
 tr_t(A) applies (the rest analyse the bilinear form x W^A x^T): its other tables say so."""
 
-from attnscope.analyses.position import scan as position_scan
+from attnscope.analyses.position import corpus_pass as position_pass
 from attnscope.analyses.position.diagonals import select_heads
+from attnscope.core import checks
 from attnscope.core.files import write_table
 from attnscope.core.tables import not_applicable
 from attnscope.pipeline import runlog
@@ -19,8 +20,8 @@ offsets = list(range(-params.t_max, params.t_max + 1))
 def analyse(loaded, store, maps, layers):
     common = dict(t_max=params.t_max, batch_size=params.batch_size, device=loaded.device)
     if loaded.weights.rotary:  # tr_t(A) alone: an array [N, L, H, T]
-        return position_scan.scan_trt(store, loaded.weights, **common, layers=layers)
-    return position_scan.scan(
+        return position_pass.trt_pass(store, loaded.weights, **common, layers=layers)
+    return position_pass.corpus_pass(
         store,
         loaded.weights,
         **common,
@@ -32,23 +33,22 @@ def analyse(loaded, store, maps, layers):
 
 
 result = sharded_analysis(snakemake, log, analyse)
-if isinstance(result, position_scan.ScanResult):
-    heads = select_heads(position_scan.mean_trt(result), result.offsets, params.heads)
+if isinstance(result, position_pass.PassResult):
+    heads = select_heads(position_pass.mean_trt(result), result.offsets, params.heads)
     log.info("heads for g(f, theta) and xcorr (layer, head): %s", heads)
-    write_table(position_scan.identity_table(result), output.identity)
-    write_table(position_scan.xcov_sum_table(result), output.xcov_sum)
+    write_table(position_pass.identity_table(result), output.identity)
+    write_table(position_pass.xcov_sum_table(result), output.xcov_sum)
     name, worst = result.worst_identity()
     log.info("largest relative identity residual: %s %.3g", name, worst)
-    if worst > position_scan.IDENTITY_TOLERANCE:
-        raise RuntimeError(f"identity {name} fails: relative residual {worst:.3g}")
-    write_table(position_scan.spectra_table(result), output.spectra)
-    write_table(position_scan.shifts_table(result), output.shifts)
-    write_table(position_scan.g_map_table(result, heads), output.g_map)
-    write_table(position_scan.xcorr_table(result, heads), output.xcorr)
-    write_table(position_scan.trt_table(result.trt, offsets), output.trt)
+    checks.require(f"position identity {name} (relative)", worst, position_pass.IDENTITY_TOLERANCE)
+    write_table(position_pass.spectra_table(result), output.spectra)
+    write_table(position_pass.shifts_table(result), output.shifts)
+    write_table(position_pass.g_map_table(result, heads), output.g_map)
+    write_table(position_pass.xcorr_table(result, heads), output.xcorr)
+    write_table(position_pass.trt_table(result.trt, offsets), output.trt)
 elif result is not None:
     log.info("rotary model: only tr_t(A) applies")
     skipped = not_applicable("rotary model (scores are not x W^A x^T)")
     for name in ("identity", "xcov_sum", "spectra", "shifts", "g_map", "xcorr"):
         write_table(skipped, output[name])
-    write_table(position_scan.trt_table(result, offsets), output.trt)
+    write_table(position_pass.trt_table(result, offsets), output.trt)

@@ -29,7 +29,7 @@ if not weights.rotary:
         write_table(skipped, path)
 else:
     with HiddenStates(snakemake.input.hidden_states) as store:
-        result = rotary.scan_rotary(
+        result = rotary.rotary_pass(
             store,
             weights,
             t_max=params.t_max,
@@ -37,12 +37,11 @@ else:
             device=loaded.device,
         )
         lengths = store.lengths
-    check = pd.DataFrame(
-        {"layer": range(1, weights.n_layers + 1), "stage": "bands", "max_rel": result.residual}
-    )
-    write_table(check, output.check)
-    for layer, residual in enumerate(result.residual, start=1):
-        checks.require(f"layer {layer}: sum of bands vs logits", float(residual), rotary.BOUND)
+    residuals = checks.ResidualLog(rotary.BOUND, log, "rotary")
+    for layer in range(1, weights.n_layers + 1):
+        worst = result.residual_abs[layer - 1], result.residual[layer - 1]
+        residuals.record(layer, "bands", *map(float, worst))
+    write_table(residuals.table(), output.check)
     offsets = rotary.offset_table(result)
     write_table(rotary.band_table(result), output.bands)
     write_table(offsets, output.offsets)

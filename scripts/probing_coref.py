@@ -2,10 +2,9 @@
 
 import h5py
 
-from attnscope.analyses.probing.corpus import coref_pass
+from attnscope.analyses.probing.corpus_pass import coref_pass
 from attnscope.core.files import write_table
-from attnscope.core.store import HiddenStates
-from attnscope.data.corpora import read_meta
+from attnscope.core.store import HiddenStates, read_meta
 from attnscope.pipeline import runlog
 from attnscope.pipeline.models import open_model
 
@@ -20,7 +19,7 @@ loaded = open_model(
     loading=snakemake.config["loading"],
 )
 metas = read_meta(snakemake.input.encoded)
-mixing_path = snakemake.input.get("mixing")
+mixing_path = snakemake.input.get("mixing_maps")
 mixing = h5py.File(mixing_path, "r") if mixing_path else None
 with HiddenStates(snakemake.input.hidden_states) as store:
     heads, best = coref_pass(

@@ -2,7 +2,7 @@
 
 from attnscope.analyses.probing.probe import probe_tables
 from attnscope.core.files import write_table
-from attnscope.data.corpora import read_meta
+from attnscope.core.store import read_meta
 from attnscope.pipeline import runlog
 
 log = runlog.start(snakemake)

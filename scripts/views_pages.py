@@ -2,11 +2,11 @@
 
 from transformers import AutoTokenizer
 
-from attnscope.analyses.mixing.propagation_corpus import Prediction
 from attnscope.analyses.views.page import render_index, render_page
 from attnscope.analyses.views.payload import sequence_page
 from attnscope.core.files import atomic_folder
 from attnscope.core.store import HiddenStates
+from attnscope.maps.prediction import Prediction
 from attnscope.pipeline import runlog
 from attnscope.pipeline.models import open_model
 
@@ -46,7 +46,7 @@ with (
             scopes=params.scopes,
             ig_steps=params.ig_steps,
             top_k=params.top_k,
-            max_rel_residual=snakemake.config["analyses"]["mixing"]["max_rel_residual"],  # a bound
+            max_rel_residual=params.max_rel_residual,
             device=loaded.device,
             log=log,
             prediction=prediction,

@@ -13,17 +13,20 @@ from types import SimpleNamespace
 import h5py
 import numpy as np
 import pytest
+import yaml
 
 from attnscope.core.files import sha256_of
+from attnscope.core.store import read_meta, write_encoded
 from attnscope.core.tokens import CLS, PAD, SEP, special_ids
-from attnscope.data.corpora import encode_corpus, read_meta, write_encoded
-from attnscope.data.datasets import FILES_BY_KIND
+from attnscope.data.corpora import KINDS, encode_corpus
+from attnscope.data.datasets import files_for_kind
 
+ROOT = Path(__file__).parents[1]
 MIRROR = Path(os.environ.get("ATTNSCOPE_MIRROR", "/work/shared/data"))
 
 
 def data(kind: str) -> list[str]:
-    files = [MIRROR / rel for rel in FILES_BY_KIND[kind]]
+    files = [MIRROR / f.relpath for f in files_for_kind(kind)]
     if not all(f.is_file() for f in files):
         pytest.skip(f"data for {kind} not in the mirror folder {MIRROR} (set ATTNSCOPE_MIRROR)")
     return [str(f) for f in files]
@@ -285,6 +288,8 @@ def test_clark_round_trip(minilm, tmp_path):
 
 
 def test_clark_bad_files(minilm, tmp_path):
+    with pytest.raises(ValueError, match="needs a path to the JSON file"):
+        encode_corpus("clark", [], minilm, {})
     missing = tmp_path / "nope.json"
     with pytest.raises(FileNotFoundError, match="nope.json"):
         encode_corpus("clark", [], minilm, {"path": str(missing)})
@@ -379,3 +384,53 @@ def test_a_tokenizer_that_does_not_fit_the_text_stops_the_corpus(tmp_path, minil
         encode_corpus("texts", [], tiny, {"texts": texts})
     corpus = encode_corpus("texts", [], minilm, {"texts": texts})
     assert not (corpus.input_ids == minilm.unk_token_id).any()
+
+
+def test_every_kind_is_in_the_schema_and_the_readme():
+    """The registry is the list of kinds: the schema's enum and README's tables follow it."""
+    schema = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())
+    corpus = schema["properties"]["corpora"]["additionalProperties"]
+    assert corpus["properties"]["kind"]["enum"] == list(KINDS)
+    for kind in KINDS.values():
+        if kind.own_setting:
+            assert kind.own_setting in corpus["properties"]
+    readme = (ROOT / "README.md").read_text()
+    corpora_table = readme.split("### Corpora", 1)[1].split("\n\n", 2)[1]
+    assert [row.split("`")[1] for row in corpora_table.splitlines()[2:]] == list(KINDS)
+    (kind_row,) = [row for row in readme.splitlines() if row.startswith("| `corpora.<name>.kind`")]
+    assert all(f"`{kind}`" in kind_row for kind in KINDS)
+
+
+def test_a_kind_reads_its_own_setting():
+    """clark's path is one of its inputs (hashed into encoded.h5); texts' texts is not a file.
+    The config gives a kind's own setting, and no other kind's, or stops before any job."""
+    from attnscope.pipeline.config_checks import ConfigError, check_own_settings
+
+    with pytest.raises(ConfigError, match=r"corpora\.mine\.path .* required for kind clark"):
+        check_own_settings("mine", {"kind": "clark"})
+    with pytest.raises(ConfigError, match=r"corpora\.mine\.texts is read only by kind texts"):
+        check_own_settings("mine", {"kind": "wiki", "texts": ["A cat."]})
+    check_own_settings("mine", {"kind": "clark", "path": "mine.json"})
+    assert KINDS["clark"].own_files({"path": "mine.json"}) == ["mine.json"]
+    assert KINDS["clark"].own_files({}) == []
+    assert KINDS["texts"].own_files({"texts": ["A cat."]}) == []
+    assert [f.relpath for f in files_for_kind("wiki")] == [
+        "wikitext-2/valid.txt",
+        "wikitext-2/test.txt",
+    ]
+
+
+def test_the_registry_imports_without_numpy():
+    """The workflow reads the registry when it parses the Snakefile, in an environment without
+    numpy, conllu or torch (envs/workflow.yaml): readers are imported when a corpus is built."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom attnscope.data.datasets import files_for_kind\n"
+        "from attnscope.pipeline.config_checks import check_config\nfiles_for_kind('ewt')\n"
+        "heavy = {'numpy', 'conllu', 'torch', 'h5py'} & set(sys.modules)\n"
+        "assert not heavy, heavy"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -10,12 +10,6 @@ import dataclasses
 import pytest
 import torch
 
-from attnscope.analyses.mixing.corpus import ResidualLog, layer_scope_maps
-from attnscope.analyses.mixing.layer_decomposition import (
-    closing_layer_norm,
-    layer_stages,
-    reference_outputs,
-)
 from attnscope.architectures import (
     SUPPORTED_MODEL_TYPES,
     UnsupportedModelError,
@@ -26,6 +20,13 @@ from attnscope.architectures.base import additive_mask, base_model
 from attnscope.architectures.decoders import position_embeddings, sliding_window
 from attnscope.core.attention import attention_output, attention_probs, layer_forward
 from attnscope.core.attention import value_vectors as values
+from attnscope.core.checks import ResidualLog
+from attnscope.maps.layer_decomposition import (
+    closing_layer_norm,
+    layer_stages,
+    reference_outputs,
+)
+from attnscope.maps.layer_maps import layer_scope_maps
 from conftest import DECODERS, TINY, WINDOW, tiny_batch, tiny_model
 
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 from transformers.activations import ACT2FN
 
-from attnscope.analyses.mixing.gated_split import (
+from attnscope.core.gated_split import (
     ANTIDERIVATIVES,
     gated_coefficients,
     path_integrals,

@@ -12,7 +12,8 @@ import torch
 
 from attnscope.api import MINILM
 from attnscope.architectures import StreamingUnavailableError
-from attnscope.data.corpora import encode_corpus, write_encoded
+from attnscope.core.store import write_encoded
+from attnscope.data.corpora import encode_corpus
 from attnscope.pipeline.config_checks import ConfigError, check_models
 from attnscope.pipeline.extract import extract, extract_streamed
 from attnscope.pipeline.layer_stream import LayerStream, loading_route

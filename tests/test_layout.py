@@ -3,6 +3,8 @@
 - Only `attnscope.architectures` knows `transformers` module paths and branches on model_type.
 - Every family's declared figures are drawn by its plots module with the declared tables,
   have a report caption, and every declared output is listed in the README.
+- No analysis family imports another family's modules (shared maps live in `attnscope.maps`;
+  files and settings read across families are declared as `Family.needs`).
 """
 
 import ast
@@ -74,14 +76,17 @@ FAMILIES = families()
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
 def test_family_figures_match_their_declaration(name):
+    """Each declared figure is drawn by the function of its name in the family's plots module
+    (what `grep <figure>` finds), taking its tables, settings and title; it has a caption."""
     family = FAMILIES[name]
+    if not family.figures:
+        return
     plots = importlib.import_module(f"attnscope.analyses.{name}.plots")
-    assert set(plots.FIGURES) == {f.name for f in family.figures}
     for figure in family.figures:
         expected = {t.split(".")[0] for t in figure.tables} | set(figure.settings) | {"title"}
         if figure.scope == "all":
             expected.add("models")
-        params = inspect.signature(plots.FIGURES[figure.name]).parameters
+        params = inspect.signature(getattr(plots, figure.name)).parameters
         required = {k for k, p in params.items() if p.default is inspect.Parameter.empty}
         assert required <= expected <= set(params), figure.name
         caption = ROOT / "report" / name / f"{figure.name}.rst"
@@ -101,10 +106,44 @@ def test_readme_lists_every_declared_output(name):
 
 def test_plots_modules_import_without_torch():
     """Figures run in the plots environment, which has no torch."""
-    imports = "\n".join(f"import attnscope.analyses.{name}.plots" for name in FAMILIES)
+    drawn = [name for name, family in FAMILIES.items() if family.figures]
+    imports = "\n".join(f"import attnscope.analyses.{name}.plots" for name in drawn)
     code = f"import sys\n{imports}\nassert 'torch' not in sys.modules, 'torch was imported'"
     import subprocess
     import sys
 
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "scripts", capture_output=True)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
+
+
+def imported_families(path: Path) -> set[str]:
+    """The analysis families whose modules `path` imports (attnscope.analyses.<family>...)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module:
+            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        for name in names:
+            parts = name.split(".")
+            if parts[:2] == ["attnscope", "analyses"] and len(parts) > 2:
+                found.add(parts[2])
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_no_family_imports_another_familys_modules(name):
+    """A family's modules, and its rules' scripts (scripts/<family>_*.py), import only its own
+    package: what several families read is in `attnscope.maps` or declared in `Family.needs`."""
+    package = ROOT / "scripts" / "attnscope" / "analyses" / name
+    files = [*package.glob("*.py"), *(ROOT / "scripts").glob(f"{name}_*.py")]
+    assert files
+    crossing = {f.name: imported_families(f) - {name} for f in files}
+    assert {f: names for f, names in crossing.items() if names} == {}
+
+
+def test_the_import_check_finds_a_crossing(tmp_path):
+    module = tmp_path / "payload.py"
+    module.write_text("from attnscope.analyses.mixing.corpus_pass import corpus_pass\n")
+    assert imported_families(module) == {"mixing"}

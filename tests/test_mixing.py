@@ -8,17 +8,17 @@ import numpy as np
 import pytest
 import torch
 
-from attnscope.analyses.mixing.activation_split import (
+from attnscope.architectures import architecture, canonical_weights
+from attnscope.core.activation_split import (
     closed_form_coefficients,
     ig_coefficients,
 )
-from attnscope.analyses.mixing.layer_decomposition import (
+from attnscope.core.store import HiddenStates
+from attnscope.maps.layer_decomposition import (
     VECTOR_SCOPES,
     closing_layer_norm,
     layer_stages,
 )
-from attnscope.architectures import architecture, canonical_weights
-from attnscope.core.store import HiddenStates
 from conftest import write_tiny_store
 
 
@@ -82,7 +82,7 @@ def test_head_factors_rebuild_the_parts_and_the_ff_split(tmp_path, family):
     """The AttnResLn stage's factored form gives its parts exactly (times the identity), z_ij W
     for query chunks at any offset (the residual on the diagonal), and the same FF split as
     the parts themselves, for every family (padding and causal masks included)."""
-    from attnscope.analyses.mixing.layer_decomposition import feed_forward_parts
+    from attnscope.maps.layer_decomposition import feed_forward_parts
 
     path, model = write_tiny_store(tmp_path, family)
     weights = canonical_weights(model)
@@ -210,14 +210,14 @@ def test_rsa_of_a_scope_with_itself_is_one():
 def run_corpus(tmp_path, family):
     import h5py
 
-    from attnscope.analyses.mixing.corpus import analyse_corpus
+    from attnscope.analyses.mixing.corpus_pass import corpus_pass
     from attnscope.core.store import atomic_h5
 
     path, model = write_tiny_store(tmp_path, family)
     weights = canonical_weights(model)
     maps_path = tmp_path / "maps.h5"
     with HiddenStates(path) as store, atomic_h5(maps_path) as maps:
-        result = analyse_corpus(
+        result = corpus_pass(
             store,
             weights,
             model,
@@ -237,10 +237,10 @@ def test_corpus_tables_against_independent_recomputation(tmp_path, family):
     maps and maps.h5."""
     from scipy.stats import spearmanr
 
-    from attnscope.analyses.mixing.layer_decomposition import SCOPES
     from attnscope.analyses.mixing.tables import example_maps_table, ff_pairs_table
-    from attnscope.analyses.norms.summed_norms import head_summed_norms
     from attnscope.core.attention import value_vectors
+    from attnscope.maps.head_norms import head_summed_norms
+    from attnscope.maps.layer_decomposition import SCOPES
 
     path, model, maps, result = run_corpus(tmp_path, family)
     with HiddenStates(path) as store:
@@ -318,7 +318,7 @@ def test_corpus_tables_against_independent_recomputation(tmp_path, family):
 def test_run_fails_when_the_ff_split_is_incomplete(tmp_path):
     """A coarse m-step IG misses g(U) by more than the bound: the run stops naming the stage,
     and the maps file is not left under its final name."""
-    from attnscope.analyses.mixing.corpus import analyse_corpus
+    from attnscope.analyses.mixing.corpus_pass import corpus_pass
     from attnscope.core.checks import CheckError
     from attnscope.core.store import atomic_h5
 
@@ -326,7 +326,7 @@ def test_run_fails_when_the_ff_split_is_incomplete(tmp_path):
     maps_path = tmp_path / "maps.h5"
     with pytest.raises(CheckError, match="AttnResLnFf"):
         with HiddenStates(path) as store, atomic_h5(maps_path) as maps:
-            analyse_corpus(
+            corpus_pass(
                 store,
                 canonical_weights(model),
                 model,

@@ -12,17 +12,19 @@ import torch
 from scipy.stats import rankdata, spearmanr
 
 from attnscope.analyses.norms.affine import affine_singular_value_table
-from attnscope.analyses.norms.corpus import analyse_corpus
+from attnscope.analyses.norms.corpus_pass import corpus_pass
 from attnscope.analyses.norms.massive_activations import MassiveActivations
+from attnscope.analyses.norms.outputs import FAMILY as NORMS
 from attnscope.analyses.norms.sinks import SinkStatistics
 from attnscope.analyses.norms.statistics import NormsAccumulator, spearman
-from attnscope.analyses.norms.summed_norms import head_summed_norms
 from attnscope.architectures import architecture, base_model, canonical_weights
 from attnscope.core.attention import attention_output, attention_probs, value_vectors
-from attnscope.core.checks import CheckError
+from attnscope.core.checks import CheckError, ResidualLog
+from attnscope.core.checks import residual as residual_of
 from attnscope.core.store import HiddenStates, atomic_h5
 from attnscope.core.streaming import BottomKSample, Moments
 from attnscope.core.tokens import CATEGORY_NAMES, CLS, OTHER, PUNCT, SEP
+from attnscope.maps.head_norms import head_summed_norms
 from conftest import tiny_batch, tiny_model, write_tiny_store
 
 
@@ -98,7 +100,7 @@ def test_analysis_fails_when_decomposition_breaks(tmp_path):
     weights = dataclasses.replace(weights, layers=[weights.layers[0], broken])
     with HiddenStates(store_path) as store, pytest.raises(CheckError, match="layer 2"):
         with atomic_h5(tmp_path / "maps.h5") as maps:
-            analyse_corpus(
+            corpus_pass(
                 store,
                 weights,
                 model,
@@ -233,6 +235,31 @@ def test_spearman_of_inverse_relation_is_minus_one():
     assert spearman(rows) == pytest.approx(-1)
 
 
+def test_decomposition_check_covers_every_batch(tmp_path):
+    """decomposition_check holds, per layer, the largest residual over every batch (three
+    here), in the columns every decomposing family writes (`checks.ResidualLog`)."""
+    store_path, model = write_tiny_store(tmp_path, "bert", batch=5, length=14)
+    weights = canonical_weights(model)
+    module_output = architecture(model.config.model_type).attention_output
+    with HiddenStates(store_path) as store, atomic_h5(tmp_path / "maps.h5") as maps:
+        _, residual = corpus_pass(
+            store, weights, model, maps, batch_size=2, device="cpu", sample_size=10, seed=0,
+            max_rel_residual=1e-4,
+        )  # fmt: skip
+        assert list(residual.columns) == ResidualLog.COLUMNS
+        assert residual["layer"].tolist() == [1, 2] and set(residual["stage"]) == {"Attn"}
+        for l, layer in enumerate(weights.layers):
+            per_batch = []
+            for batch in store.batches(l, 2, "cpu"):
+                alpha = attention_probs(batch.X, batch.mask, layer)
+                y = attention_output(alpha, value_vectors(batch.X, layer), layer)
+                y_real = module_output(model, l, batch.X, batch.mask)
+                per_batch.append(residual_of(y, y_real, batch.mask))
+            assert len(per_batch) == 3
+            row = residual.iloc[l]
+            assert (row["max_abs"], row["max_rel"]) == tuple(map(max, zip(*per_batch, strict=True)))
+
+
 @pytest.mark.parametrize("family", ["bert", "gpt2"])
 def test_tables_match_transformers(tmp_path, family):
     """Every table and the maps, recomputed in numpy from `transformers` output_attentions,
@@ -243,7 +270,7 @@ def test_tables_match_transformers(tmp_path, family):
         mask = torch.from_numpy(store.attention_mask).long()
         types = torch.from_numpy(store.token_type_ids).long()
         categories, lengths = store.category, store.lengths
-        acc, residual = analyse_corpus(
+        acc, residual = corpus_pass(
             store,
             canonical_weights(model),
             model,
@@ -255,7 +282,7 @@ def test_tables_match_transformers(tmp_path, family):
             max_rel_residual=1e-4,
         )
     tables = acc.tables(sample_rate=0.5, scatter_points=100)
-    assert (residual["max_rel_residual"] < 1e-5).all()
+    assert (residual["max_rel"] < 1e-5).all()
 
     hidden, attentions = run_model(model, ids, mask, types)
     L, H = len(attentions), model.config.num_attention_heads
@@ -347,7 +374,7 @@ def test_figures_draw_from_tables(tmp_path):
     store_path, model = write_tiny_store(tmp_path, "gpt2")
     weights = canonical_weights(model)
     with HiddenStates(store_path) as store, atomic_h5(tmp_path / "maps.h5") as maps:
-        acc, _ = analyse_corpus(
+        acc, _ = corpus_pass(
             store,
             weights,
             model,
@@ -368,13 +395,13 @@ def test_figures_draw_from_tables(tmp_path):
         "attention_sinks": {"attention_sinks"},
         "massive_activations": {"massive_activations"},
     }
-    assert set(arguments) == set(norms_plots.FIGURES)
+    assert set(arguments) == {f.name for f in NORMS.figures}
     figures = {
-        name: norms_plots.FIGURES[name](
+        name: getattr(norms_plots, name)(
             **{k: tables[k] for k in names if k in tables}, seed=1, title=name
         )
         if "seed" in names
-        else norms_plots.FIGURES[name](**{k: tables[k] for k in names}, title=name)
+        else getattr(norms_plots, name)(**{k: tables[k] for k in names}, title=name)
         for name, names in arguments.items()
     }
     for name, fig in figures.items():
@@ -386,9 +413,9 @@ def test_figures_draw_from_tables(tmp_path):
 
 
 def analyse_tiny_store(store_path, model, weights=None, max_rel_residual=1e-4):
-    """The tables of `analyse_corpus` over a tiny store (batches of 2, Spearman exact)."""
+    """The tables of `corpus_pass` over a tiny store (batches of 2, Spearman exact)."""
     with HiddenStates(store_path) as store, atomic_h5(store_path.with_suffix(".maps.h5")) as maps:
-        acc, _ = analyse_corpus(
+        acc, _ = corpus_pass(
             store,
             weights or canonical_weights(model),
             model,

@@ -9,8 +9,8 @@ import pandas as pd
 import pytest
 import torch
 
+from attnscope.analyses.position import corpus_pass as position_pass
 from attnscope.analyses.position import plots as position_plots
-from attnscope.analyses.position import scan as position_scan
 from attnscope.analyses.position.bilinear import (
     bilinear_form,
     eigen_rotation,
@@ -25,6 +25,7 @@ from attnscope.analyses.position.embeddings import (
     embedding_spectra,
     pca_cumulative_variance,
 )
+from attnscope.analyses.position.outputs import FAMILY as POSITION
 from attnscope.analyses.position.waves import cross_covariance
 from attnscope.architectures import canonical_weights
 from attnscope.core.attention import attention_probs
@@ -35,7 +36,7 @@ T = TINY["positions"]
 
 
 def trt_of(result) -> pd.DataFrame:
-    return position_scan.trt_table(result.trt, result.offsets)
+    return position_pass.trt_table(result.trt, result.offsets)
 
 
 def random_x(d: int, n: int = 10, batch: int = 2, seed: int = 0) -> torch.Tensor:
@@ -181,21 +182,21 @@ def test_rotation_angle_gives_the_built_in_shift_and_trt_peaks_at_minus_one(tmp_
     weights = shifted_head_model()
     write_sinusoid_store(tmp_path / "hs.h5", weights)
     with HiddenStates(tmp_path / "hs.h5") as store:
-        result = position_scan.scan(store, weights, t_max=4, xcorr_t_max=8, batch_size=2)
-    assert result.worst_identity()[1] < position_scan.IDENTITY_TOLERANCE
-    shifts = position_scan.shifts_table(result).query("layer == 1 and head == 1")
+        result = position_pass.corpus_pass(store, weights, t_max=4, xcorr_t_max=8, batch_size=2)
+    assert result.worst_identity()[1] < position_pass.IDENTITY_TOLERANCE
+    shifts = position_pass.shifts_table(result).query("layer == 1 and head == 1")
     expected = sorted(2 * np.pi * f * SHIFT / T * s for f in FREQUENCIES for s in (-1, 1))
     assert np.allclose(shifts.theta, expected, atol=1e-6)
     assert np.allclose(shifts.modulus, 1, atol=1e-6)
     assert set(np.abs(shifts.frequency)) == set(FREQUENCIES)
     assert np.allclose(shifts.delta, SHIFT, atol=1e-6)
-    mean = position_scan.mean_trt(result)
+    mean = position_pass.mean_trt(result)
     assert result.offsets[int(mean[0, 0].argmax())] == -SHIFT
-    summed = position_scan.xcov_sum_table(result).query("layer == 1 and head == 1")
+    summed = position_pass.xcov_sum_table(result).query("layer == 1 and head == 1")
     assert summed.t.iloc[int(summed.sum_s_xcov.argmax())] == -SHIFT
     assert select_heads(mean, result.offsets, [])[0] == (1, 1)
     shares, centres = cluster_profiles(
-        position_scan.trt_table(result.trt, result.offsets), n_clusters=3, seed=0
+        position_pass.trt_table(result.trt, result.offsets), n_clusters=3, seed=0
     )
     own = shares.query("layer == 1 and head == 1").sort_values("share").cluster.iloc[-1]
     centre = centres[centres.cluster == own]
@@ -209,7 +210,7 @@ def test_scan_matches_transformers_attention(tmp_path, classic_family):
     store_path, model = write_tiny_store(tmp_path, family)
     weights = canonical_weights(model)
     with HiddenStates(store_path) as store:
-        result = position_scan.scan(store, weights, t_max=3, xcorr_t_max=5, batch_size=3)
+        result = position_pass.corpus_pass(store, weights, t_max=3, xcorr_t_max=5, batch_size=3)
         ids = torch.from_numpy(store.input_ids.astype(np.int64))
         mask = torch.from_numpy(store.attention_mask.astype(np.int64))
         types = torch.from_numpy(store.token_type_ids.astype(np.int64))
@@ -225,23 +226,23 @@ def test_scan_matches_transformers_attention(tmp_path, classic_family):
         assert np.allclose(result.trt[:, l], expected, atol=1e-5)
     if family == "gpt2":
         assert np.all(result.trt[..., np.array(result.offsets) > 0] == 0)
-    assert result.worst_identity()[1] < position_scan.IDENTITY_TOLERANCE
-    heads = select_heads(position_scan.mean_trt(result), result.offsets, [[2, 1]])
+    assert result.worst_identity()[1] < position_pass.IDENTITY_TOLERANCE
+    heads = select_heads(position_pass.mean_trt(result), result.offsets, [[2, 1]])
     tables = {
-        "spectra": position_scan.spectra_table(result),
-        "g_map": position_scan.g_map_table(result, heads),
-        "xcorr": position_scan.xcorr_table(result, heads),
-        "xcov_sum": position_scan.xcov_sum_table(result),
+        "spectra": position_pass.spectra_table(result),
+        "g_map": position_pass.g_map_table(result, heads),
+        "xcorr": position_pass.xcorr_table(result, heads),
+        "xcov_sum": position_pass.xcov_sum_table(result),
     }
     assert tables["spectra"].frequency.max() == window // 2
     assert (tables["g_map"].frequency > 0).all() and set(tables["g_map"].wave) == {"Q", "K"}
     assert np.allclose(tables["xcov_sum"].sum_s_xcov, tables["xcov_sum"].trt_qsk, atol=1e-8)
     shares, centres = cluster_profiles(
-        position_scan.trt_table(result.trt, result.offsets), n_clusters=6, seed=0
+        position_pass.trt_table(result.trt, result.offsets), n_clusters=6, seed=0
     )
     assert np.allclose(shares.groupby(["layer", "head"]).share.sum(), 1)
     with pytest.raises(ValueError, match="outside"):
-        select_heads(position_scan.mean_trt(result), result.offsets, [[3, 1]])
+        select_heads(position_pass.mean_trt(result), result.offsets, [[3, 1]])
 
 
 def rotary_figure_tables(tmp_path) -> dict:
@@ -250,7 +251,7 @@ def rotary_figure_tables(tmp_path) -> dict:
 
     store_path, model = write_tiny_store(tmp_path, "llama")
     with HiddenStates(store_path) as store:
-        result = rotary.scan_rotary(
+        result = rotary.rotary_pass(
             store, canonical_weights(model), t_max=4, batch_size=3, device="cpu"
         )
     bands, offsets = rotary.band_table(result), rotary.offset_table(result)
@@ -266,8 +267,8 @@ def test_every_figure_draws(tmp_path):
     store_path, model = write_tiny_store(tmp_path, "bert")
     weights = canonical_weights(model)
     with HiddenStates(store_path) as store:
-        result = position_scan.scan(store, weights, batch_size=4)
-    heads = select_heads(position_scan.mean_trt(result), result.offsets, [])
+        result = position_pass.corpus_pass(store, weights, batch_size=4)
+    heads = select_heads(position_pass.mean_trt(result), result.offsets, [])
     spectrum = embedding_spectra(weights.position_embeddings, weights.word_embeddings, np.arange(9))
     forms = [(bilinear_form(layer), l + 1) for l, layer in enumerate(weights.layers)]
     shares, centres = cluster_profiles(trt_of(result), 6, 0)
@@ -281,19 +282,19 @@ def test_every_figure_draws(tmp_path):
         "rotation_angles": {"rotation_angles": pd.concat(rotation_table(f, l) for f, l in forms)},
         "trt_clusters": {"trt_clusters": shares},
         "trt_centres": {"trt_centres": centres},
-        "spectra": {"spectra": position_scan.spectra_table(result)},
-        "g_map": {"g_map": position_scan.g_map_table(result, heads)},
+        "spectra": {"spectra": position_pass.spectra_table(result)},
+        "g_map": {"g_map": position_pass.g_map_table(result, heads)},
         "xcorr": {
-            "xcorr": position_scan.xcorr_table(result, heads),
-            "xcov_sum": position_scan.xcov_sum_table(result),
+            "xcorr": position_pass.xcorr_table(result, heads),
+            "xcov_sum": position_pass.xcov_sum_table(result),
         },
         "pe_spectra_models": {"pe_spectrum": [spectrum, spectrum], "models": ["a", "b"]},
     }
     rotary_tables = rotary_figure_tables(tmp_path)
     tables |= rotary_tables
-    assert set(tables) == set(position_plots.FIGURES)
+    assert set(tables) == {f.name for f in POSITION.figures}
     for name, kwargs in tables.items():
-        fig = position_plots.FIGURES[name](**kwargs, title=name)
+        fig = getattr(position_plots, name)(**kwargs, title=name)
         fig.savefig(tmp_path / f"{name}.png")
 
 
@@ -303,14 +304,14 @@ def test_real_eigenvalues_get_a_positive_frequency_whatever_the_round_off():
     import dataclasses
 
     n = 8
-    freqs = position_scan.signed_frequencies(n)
+    freqs = position_pass.signed_frequencies(n)
     g = np.zeros((1, 1, 2, n))
     g[..., freqs == 3] = 1.0
     g[..., freqs == -3] = 1.0 + 1e-12  # round-off prefers -3
     eigenvalues = np.array([[[-1.0 + 0j, np.exp(-2j)]]])
-    fields = {f.name: None for f in dataclasses.fields(position_scan.ScanResult)}
-    result = position_scan.ScanResult(**fields | {"g_q": g, "eigenvalues": eigenvalues})
-    table = position_scan.shifts_table(result)
+    fields = {f.name: None for f in dataclasses.fields(position_pass.PassResult)}
+    result = position_pass.PassResult(**fields | {"g_q": g, "eigenvalues": eigenvalues})
+    table = position_pass.shifts_table(result)
     assert table.frequency.tolist() == [3, -3]
     assert table.delta.iloc[0] == pytest.approx(n * np.pi / (2 * np.pi * 3))
 
@@ -323,7 +324,7 @@ def test_rotary_models_get_tr_t_from_their_own_attention(tmp_path, model_type):
     weights = canonical_weights(model)
     assert weights.rotary and weights.position_embeddings is None
     with HiddenStates(store_path) as store:
-        trt = position_scan.scan_trt(store, weights, t_max=3, batch_size=3, device="cpu")
+        trt = position_pass.trt_pass(store, weights, t_max=3, batch_size=3, device="cpu")
         ids = torch.from_numpy(store.input_ids[:1].astype(np.int64))
         n = int(store.attention_mask[0].sum())
     with torch.no_grad():

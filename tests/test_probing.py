@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attnscope.analyses.probing.coreference import CorefCounts, gender
-from attnscope.analyses.probing.corpus import coref_pass, syntax_pass
+from attnscope.analyses.probing.corpus_pass import coref_pass, syntax_pass
 from attnscope.analyses.probing.probe import (
     Sequence,
     batches,
@@ -26,7 +26,7 @@ from attnscope.analyses.probing.syntax import (
 from attnscope.analyses.probing.word_maps import word_level
 from attnscope.architectures import canonical_weights
 from attnscope.core.store import HiddenStates
-from attnscope.data.corpora import _conllu_documents, ud_split
+from attnscope.data.corpora.ewt import conllu_documents, ud_split
 from conftest import tiny_model
 
 # --- word-level maps --------------------------------------------------------------------------
@@ -83,7 +83,7 @@ def test_conllu_multiword_tokens_and_empty_nodes(tmp_path):
     keep pointing at the right words; relations fold their subtype."""
     path = tmp_path / "en_ewt-ud-test.conllu"
     path.write_text(CONLLU)
-    (doc,) = list(_conllu_documents([str(path)]))
+    (doc,) = list(conllu_documents([str(path)]))
     (sentence,) = doc
     assert sentence["words"] == ["do", "n't", "go", "home", "."]
     assert sentence["heads"] == [3, 3, 0, 3, 3]
@@ -466,7 +466,7 @@ def test_probe_tables_and_figures_from_a_tiny_run(tmp_path):
         kwargs = {t.split(".")[0]: tables[t.split(".")[0]] for t in figure.tables}
         if "heatmap_relations" in figure.settings:
             kwargs["heatmap_relations"] = ["det", "obj"]
-        fig = plots.FIGURES[figure.name](title="tiny", **kwargs)
+        fig = getattr(plots, figure.name)(title="tiny", **kwargs)
         fig.savefig(tmp_path / f"{figure.name}.png")
         matplotlib.pyplot.close(fig)
     settings = {"syntax_corpus": "ewt", "coref_corpus": "gap"}

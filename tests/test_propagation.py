@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from attnscope.analyses.mixing.corpus import ResidualLog
-from attnscope.analyses.mixing.layer_decomposition import closing_layer_norm, layer_stages
-from attnscope.analyses.mixing.prediction import logit_attribution
-from attnscope.analyses.mixing.propagation import carried_scope, propagate, token_split
 from attnscope.analyses.mixing.rollout import rollout_step
 from attnscope.architectures import architecture, canonical_weights, prediction_head
 from attnscope.core.attention import visible_pairs
+from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
+from attnscope.maps.layer_decomposition import closing_layer_norm, layer_stages
+from attnscope.maps.prediction import logit_attribution
+from attnscope.maps.propagation import carried_scope, propagate, token_split
 from conftest import CLASSIC, DECODERS, tiny_batch, tiny_model, write_tiny_store
 
 ENCODERS = ("bert", "roberta", "electra")
@@ -193,16 +193,17 @@ def run_depth(tmp_path, family: str, head: bool = True, mask_token_id: int | Non
     layer maps, propagated maps, result)."""
     import h5py
 
-    from attnscope.analyses.mixing.corpus import analyse_corpus
-    from attnscope.analyses.mixing.propagation_corpus import Prediction, analyse_depth
+    from attnscope.analyses.mixing.corpus_pass import corpus_pass
+    from attnscope.analyses.mixing.depth_pass import depth_pass
     from attnscope.core.store import atomic_h5
+    from attnscope.maps.prediction import Prediction
 
     kind = "mlm" if family in ENCODERS else "causal"
     path, model = write_tiny_store(tmp_path, family, head=kind if head else "base")
     weights = canonical_weights(model)
     settings = dict(batch_size=3, device="cpu", ig_steps=0, max_rel_residual=1e-4)
     with HiddenStates(path) as store, atomic_h5(tmp_path / "maps.h5") as maps:
-        analyse_corpus(store, weights, model, maps, maps_dtype="float32", **settings)
+        corpus_pass(store, weights, model, maps, maps_dtype="float32", **settings)
     prediction = Prediction(
         head=prediction_head(model),
         mask_token_id=mask_token_id if family in ENCODERS else None,
@@ -215,7 +216,7 @@ def run_depth(tmp_path, family: str, head: bool = True, mask_token_id: int | Non
         h5py.File(tmp_path / "maps.h5", "r") as maps,
         atomic_h5(tmp_path / "propagated.h5") as out,
     ):
-        result = analyse_depth(
+        result = depth_pass(
             store,
             weights,
             model,

@@ -200,14 +200,14 @@ def direct_statistics(store: HiddenStates, layer, l: int, t_max: int) -> dict:
 
 @pytest.mark.parametrize("model_type", ["gemma2", "gpt_neox"])
 def test_streaming_statistics_match_their_definitions(tmp_path, model_type):
-    """scan_rotary gives the same statistics with batches of 2 and 3, and the same as a direct
+    """rotary_pass gives the same statistics with batches of 2 and 3, and the same as a direct
     NumPy computation; shares add up, R^2 lies in [0, 1], the sliding window hides far pairs."""
     t_max = 6
     path, model = write_tiny_store(tmp_path, model_type)
     weights = canonical_weights(model)
     with HiddenStates(path) as store, torch.no_grad():
-        twos = rotary.scan_rotary(store, weights, t_max=t_max, batch_size=2, device="cpu")
-        threes = rotary.scan_rotary(store, weights, t_max=t_max, batch_size=3, device="cpu")
+        twos = rotary.rotary_pass(store, weights, t_max=t_max, batch_size=2, device="cpu")
+        threes = rotary.rotary_pass(store, weights, t_max=t_max, batch_size=3, device="cpu")
         direct = [
             direct_statistics(store, layer, l, t_max) for l, layer in enumerate(weights.layers)
         ]
@@ -319,8 +319,10 @@ def test_rotary_entry_scripts_write_every_table_and_figure(tmp_path, family_name
             continue
         drawn = {s: out / "figures" / f"{figure.name}.{s}" for s in ("svg", "png")}
         inputs = {file.split(".")[0]: out / file for file in figure.tables}
-        spec = {"family": "position", "name": figure.name, "settings": {"title": "tiny"}}
-        run_script("draw_figure", inputs, drawn, figure=spec)
+        settings = {"title": "tiny"}
+        run_script(
+            "draw_figure", inputs, drawn, family="position", figure=figure.name, settings=settings
+        )
         assert drawn["png"].stat().st_size > 1000
 
 
@@ -341,5 +343,5 @@ def test_band_forms_hold_the_whole_form():
             want = torch.linalg.svdvals(W_Q[:, d] @ W_K[:, d].T)[: len(d)].numpy()
             np.testing.assert_allclose(values.to_numpy(), want, rtol=1e-9, atol=1e-12)
             assert len(values) == len(d) and (len(d) == width or b == len(dims) - 1)
-    figure = position_plots.FIGURES["wa_singular_values"](table, title="tiny")
+    figure = position_plots.wa_singular_values(table, title="tiny")
     assert len(figure.axes) >= weights.n_layers

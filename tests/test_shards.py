@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from attnscope.analyses.mixing.corpus import analyse_corpus as mixing_corpus
-from attnscope.analyses.norms.corpus import analyse_corpus as norms_corpus
-from attnscope.analyses.position import scan
+from attnscope.analyses.mixing.corpus_pass import corpus_pass as mixing_corpus
+from attnscope.analyses.norms.corpus_pass import corpus_pass as norms_corpus
+from attnscope.analyses.position import corpus_pass as position_pass
 from attnscope.analyses.position.diagonals import select_heads
 from attnscope.analyses.weights.statistics import accumulate_statistics
 from attnscope.architectures import canonical_weights
@@ -83,22 +83,26 @@ def weights(store, weights, model, maps, layers):  # writes no maps
 
 def position(store, weights, model, maps, layers):  # writes no maps
     if weights.rotary:
-        return scan.scan_trt(store, weights, t_max=3, batch_size=3, device="cpu", layers=layers)
-    return scan.scan(store, weights, t_max=3, xcorr_t_max=4, batch_size=3, layers=layers)
+        return position_pass.trt_pass(
+            store, weights, t_max=3, batch_size=3, device="cpu", layers=layers
+        )
+    return position_pass.corpus_pass(
+        store, weights, t_max=3, xcorr_t_max=4, batch_size=3, layers=layers
+    )
 
 
 def position_tables(result) -> dict[str, pd.DataFrame]:
-    if not isinstance(result, scan.ScanResult):  # a rotary model: tr_t(A) alone
-        return {"trt": scan.trt_table(result, list(range(-3, 4)))}
-    heads = select_heads(scan.mean_trt(result), result.offsets, [])
+    if not isinstance(result, position_pass.PassResult):  # a rotary model: tr_t(A) alone
+        return {"trt": position_pass.trt_table(result, list(range(-3, 4)))}
+    heads = select_heads(position_pass.mean_trt(result), result.offsets, [])
     return {
-        "trt": scan.trt_table(result.trt, result.offsets),
-        "identity": scan.identity_table(result),
-        "xcov_sum": scan.xcov_sum_table(result),
-        "spectra": scan.spectra_table(result),
-        "shifts": scan.shifts_table(result),
-        "g_map": scan.g_map_table(result, heads),
-        "xcorr": scan.xcorr_table(result, heads),
+        "trt": position_pass.trt_table(result.trt, result.offsets),
+        "identity": position_pass.identity_table(result),
+        "xcov_sum": position_pass.xcov_sum_table(result),
+        "spectra": position_pass.spectra_table(result),
+        "shifts": position_pass.shifts_table(result),
+        "g_map": position_pass.g_map_table(result, heads),
+        "xcorr": position_pass.xcorr_table(result, heads),
     }
 
 

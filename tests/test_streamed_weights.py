@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 import torch
 
-from attnscope.analyses.mixing.corpus import analyse_corpus as mixing_corpus
-from attnscope.analyses.norms.corpus import analyse_corpus as norms_corpus
+from attnscope.analyses.mixing.corpus_pass import corpus_pass as mixing_corpus
+from attnscope.analyses.norms.corpus_pass import corpus_pass as norms_corpus
 from attnscope.analyses.weights.statistics import attention_statistics
 from attnscope.architectures import canonical_weights
 from attnscope.core.store import HiddenStates
@@ -167,8 +167,8 @@ def test_at_most_keep_layers_are_held(tmp_path):
 MEMORY_RUN = """
 import sys, h5py
 from attnscope.core.store import HiddenStates
-from attnscope.analyses.mixing.corpus import analyse_corpus as mixing
-from attnscope.analyses.norms.corpus import analyse_corpus as norms
+from attnscope.analyses.mixing.corpus_pass import corpus_pass as mixing
+from attnscope.analyses.norms.corpus_pass import corpus_pass as norms
 if sys.argv[4] == "streamed":
     from attnscope.pipeline.streamed_weights import streamed_model
     model, weights = streamed_model(sys.argv[1])

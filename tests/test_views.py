@@ -14,15 +14,16 @@ import numpy as np
 import pytest
 import torch
 
-from attnscope.analyses.mixing.corpus import ResidualLog, layer_scope_maps
-from attnscope.analyses.mixing.propagation import propagate
-from attnscope.analyses.mixing.propagation_corpus import Prediction
 from attnscope.analyses.views.page import pack, render_page, unpack
 from attnscope.analyses.views.payload import segments, sequence_page, word_units
 from attnscope.architectures import canonical_weights, prediction_head
 from attnscope.core.attention import visible_pairs
+from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CLS, OTHER, SEP
+from attnscope.maps.layer_maps import layer_scope_maps
+from attnscope.maps.prediction import Prediction
+from attnscope.maps.propagation import propagate
 from conftest import TINY, Opened, write_tiny_store
 
 ENCODERS = ("bert", "roberta", "electra")

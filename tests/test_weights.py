@@ -436,8 +436,10 @@ def test_entry_scripts_write_tables_and_figures(tmp_path, family_name):
     for figure in WEIGHTS.figures:
         drawn = {suffix: out / "figures" / f"{figure.name}.{suffix}" for suffix in ("svg", "png")}
         inputs = {file.split(".")[0]: out / file for file in figure.tables}
-        spec = {"family": "weights", "name": figure.name, "settings": {"title": "tiny"}}
-        run_script("draw_figure", inputs, drawn, figure=spec)
+        settings = {"title": "tiny"}
+        run_script(
+            "draw_figure", inputs, drawn, family="weights", figure=figure.name, settings=settings
+        )
         for path in drawn.values():
             assert path.stat().st_size > 1000, path
     assert math.isfinite(heads["entropy"].sum())

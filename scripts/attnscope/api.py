@@ -9,8 +9,8 @@
 A text is a string (one segment) or a list of two strings (sentence A, sentence B), laid out
 as in every corpus (`data/corpora.py`, kind `texts`). Each call encodes its texts and extracts
 their hidden states into a temporary store, then runs the same code as the rules on it:
-`analyses/views/payload.sequence_page`, `analyses/mixing/corpus.layer_scope_maps`,
-`analyses/mixing/propagation.propagate`, `analyses/norms` and `analyses/weights/statistics`.
+`analyses/views/payload.sequence_page`, `maps/layer_maps.layer_scope_maps`,
+`maps/propagation.propagate`, `maps/head_norms` and `analyses/weights/statistics`.
 Layers are 1-based in tables and 0-based as the first axis of arrays.
 """
 
@@ -27,20 +27,20 @@ import numpy as np
 import pandas as pd
 import torch
 
-from attnscope.analyses.mixing.corpus import ResidualLog, layer_scope_maps
-from attnscope.analyses.mixing.propagation import contribution_norms, propagate
-from attnscope.analyses.mixing.propagation_corpus import Prediction
-from attnscope.analyses.mixing.rollout import PROPAGATED
-from attnscope.analyses.mixing.scopes import SCOPES
-from attnscope.analyses.norms.summed_norms import head_summed_norms
 from attnscope.analyses.views.page import render_page
 from attnscope.analyses.views.payload import sequence_page
 from attnscope.analyses.weights.statistics import attention_statistics
 from attnscope.architectures import canonical_weights, lm_head_kind, load_model
 from attnscope.core.attention import attention_probs, value_vectors, visible_pairs
 from attnscope.core.canonical import CanonicalModel
-from attnscope.core.store import HiddenStates
-from attnscope.data.corpora import encode_corpus, write_encoded
+from attnscope.core.checks import ResidualLog
+from attnscope.core.store import HiddenStates, write_encoded
+from attnscope.data.corpora import encode_corpus
+from attnscope.maps.head_norms import head_summed_norms
+from attnscope.maps.layer_maps import layer_scope_maps
+from attnscope.maps.prediction import Prediction
+from attnscope.maps.propagation import contribution_norms, propagate
+from attnscope.maps.scopes import PROPAGATED, SCOPES
 from attnscope.pipeline.extract import extract
 from attnscope.pipeline.models import pick_device, resolve_folder
 

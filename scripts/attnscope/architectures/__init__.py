@@ -1,7 +1,7 @@
-"""Registry of architecture families, keyed by `config.model_type`.
+"""Registry of architectures, keyed by `config.model_type`.
 
-Adding a family: a module here that defines `ARCHITECTURE` (see `base.Architecture`), and
-its name in `FAMILIES` below.
+Adding an architecture: a module here that defines `ARCHITECTURE` (see `base.Architecture`),
+and its name in `ARCHITECTURES` below.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from attnscope.architectures import bert, decoders, gpt2, neox
 from attnscope.architectures.base import Architecture, UnsupportedModelError, base_model
 from attnscope.core.canonical import CanonicalLayer, CanonicalModel
 
-FAMILIES = (bert.ARCHITECTURE, gpt2.ARCHITECTURE, decoders.ARCHITECTURE, neox.ARCHITECTURE)
-BY_MODEL_TYPE = {model_type: family for family in FAMILIES for model_type in family.model_types}
+ARCHITECTURES = (bert.ARCHITECTURE, gpt2.ARCHITECTURE, decoders.ARCHITECTURE, neox.ARCHITECTURE)
+BY_MODEL_TYPE = {model_type: arch for arch in ARCHITECTURES for model_type in arch.model_types}
 SUPPORTED_MODEL_TYPES = tuple(BY_MODEL_TYPE)
 
 __all__ = [
@@ -35,7 +35,7 @@ __all__ = [
 
 
 def architecture(model_type: str, what: str = "the model") -> Architecture:
-    """The family of a `model_type`; UnsupportedModelError naming `what` otherwise."""
+    """The architecture of a `model_type`; UnsupportedModelError naming `what` otherwise."""
     try:
         return BY_MODEL_TYPE[model_type]
     except KeyError:
@@ -132,7 +132,7 @@ def _weight_names(path: str) -> set[str]:
 
 
 def has_mlm_head(path: str) -> bool:
-    """Whether the checkpoint in `path` stores masked-LM head weights for its family."""
+    """Whether the checkpoint in `path` stores masked-LM head weights for its architecture."""
     from transformers import AutoConfig
 
     prefixes = architecture(AutoConfig.from_pretrained(path).model_type).mlm_head_prefixes

@@ -1,6 +1,6 @@
-"""What every architecture family tells the rest of attnscope, and helpers the families share.
+"""What every architecture tells the rest of attnscope, and helpers the architectures share.
 
-A family (one module of this package) knows its `transformers` modules; nothing outside this
+An architecture (one module of this package) knows its `transformers` modules; nothing outside this
 package names a module path or branches on `model_type`.
 """
 
@@ -22,14 +22,14 @@ from attnscope.core.canonical import (
 
 
 class UnsupportedModelError(ValueError):
-    """The model's architecture has no family in `attnscope.architectures`."""
+    """The model's architecture is not in `attnscope.architectures`."""
 
 
 @dataclass(frozen=True)
 class Architecture:
-    """One model family.
+    """One architecture: the `transformers` model types that share one module layout.
 
-    model_types          `config.model_type` values the family handles
+    model_types          `config.model_type` values the architecture handles
     canonical_weights    loaded model -> CanonicalModel
     canonical_layer      (loaded model, layer index from 0) -> that layer's CanonicalLayer alone
     uses_segment_ids     config -> whether the forward pass takes token_type_ids
@@ -41,7 +41,7 @@ class Architecture:
     dimensions           config.json as a dict -> (number of layers, width of the residual stream)
     mlm_head_prefixes    weight-name prefixes of a masked-LM head (none for causal LMs)
     causal_lm_prefixes   weight-name prefixes of a causal LM's output head (none for encoders)
-    has_mask_token       whether the family's tokenizers have a mask token ([MASK], <mask>)
+    has_mask_token       whether the architecture's tokenizers have a mask token ([MASK], <mask>)
     prediction_head      model loaded with its LM head -> its `PredictionHead` (read from the
                          head's modules and the config), None for a bare model
     zero_padding_states  whether `residual_states` sets the padding positions of every state

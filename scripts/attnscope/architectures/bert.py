@@ -81,7 +81,7 @@ def canonical_weights(model) -> CanonicalModel:
     if config.model_type in ROBERTA_POSITIONS:
         positions = positions[config.pad_token_id + 1 :]
     return CanonicalModel(
-        family="bert",
+        architecture="bert",
         model_type=config.model_type,
         layers=[canonical_layer(model, i) for i in range(len(core.encoder.layer))],
         word_embeddings=emb.word_embeddings.weight.detach(),

@@ -72,7 +72,7 @@ def canonical_weights(model) -> CanonicalModel:
     config = model.config
     core = base_model(model)
     return CanonicalModel(
-        family="gpt2",
+        architecture="gpt2",
         model_type=config.model_type,
         layers=[canonical_layer(model, i) for i in range(len(core.h))],
         word_embeddings=core.wte.weight.detach(),

@@ -196,7 +196,7 @@ def canonical_weights(model) -> CanonicalModel:
     config = model.config
     core = base_model(model)
     return CanonicalModel(
-        family="neox",
+        architecture="neox",
         model_type=config.model_type,
         layers=[canonical_layer(model, i) for i in range(len(core.layers))],
         word_embeddings=word_embeddings(core),

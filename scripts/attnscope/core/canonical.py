@@ -1,7 +1,7 @@
-"""Canonical per-layer weights: one convention for every supported architecture family.
+"""Canonical per-layer weights: one convention for every supported architecture.
 
 Analyses never touch `transformers` modules directly: they read a `CanonicalModel`, whose
-tensors follow one convention for every family (row vectors, x @ W):
+tensors follow one convention for every architecture (row vectors, x @ W):
 
     W_Q            [H, d, d']      b_Q            [H, d']
     W_K, W_V       [H_kv, d, d']   b_K, b_V       [H_kv, d']   (H_kv < H: grouped-query)
@@ -10,10 +10,11 @@ tensors follow one convention for every family (row vectors, x @ W):
 
 Query head h reads key/value head h // (H / H_kv) (`CanonicalLayer.kv_head`). Norms are
 `CanonicalLayerNorm` whether LayerNorm or RMSNorm (`centred`), with any (1 + w) weight
-already folded into gamma. Multipliers a family applies outside these weights (Granite's
+already folded into gamma. Multipliers an architecture applies outside these weights (Granite's
 residual multiplier) are folded into W_O, b_O and the feed-forward's output weights.
 
-Each module of `attnscope.architectures` builds these from one family's `transformers` modules.
+Each module of `attnscope.architectures` builds these from one architecture's `transformers`
+modules.
 """
 
 from __future__ import annotations
@@ -162,8 +163,8 @@ class FeedForward:
         output per token (a router's weight)."""
         import torch
 
-        from attnscope.analyses.mixing.activation_split import ig_coefficients
-        from attnscope.analyses.mixing.gated_split import gated_coefficients
+        from attnscope.core.activation_split import ig_coefficients
+        from attnscope.core.gated_split import gated_coefficients
 
         U = h @ self.W_in + self.b_in
         if self.gated:
@@ -318,11 +319,11 @@ class CanonicalModel:
 
     `position_embeddings` [T, d] holds only the rows that real positions use (RoBERTa's
     reserved rows before padding_idx + 1 are dropped); None for rotary models. `final_ln`
-    is the norm after the last layer (None for post-LN families). `embedding_scale`
+    is the norm after the last layer (None for post-LN architectures). `embedding_scale`
     multiplies the word embeddings inside the model (Gemma's sqrt(d), Granite's multiplier).
     """
 
-    family: str
+    architecture: str  # its `Architecture.name` in attnscope.architectures
     model_type: str
     layers: Sequence[CanonicalLayer]  # a list, or `StreamedLayers` (read on use)
     word_embeddings: torch.Tensor  # [V, d_emb], or `EmbeddingRows` (rows read on indexing)

@@ -7,11 +7,14 @@
     category        [N, L] int8   see attnscope.core.tokens (OTHER, CLS, SEP, PUNCT; PAD = -1)
     word_ids        [N, L] int32  index of the word a piece belongs to, -1 for specials/pads
     meta            [N]    str    one JSON object per sequence (words, gold annotations)
+attributes: kind, settings (JSON, defaults filled in), sha256_inputs (JSON {file: SHA-256}),
+tokenizer (name_or_path), dropped (sequences left out for length). `write_encoded` writes it,
+`read_meta` reads the meta back; `attnscope.data.corpora` builds the `EncodedCorpus`.
 
 `hidden_states.h5` holds the same first five datasets plus
     hidden/{l}      [N, L, d]     float32, float16 or bfloat16 bits, l = 0..n_layers
 hidden/0 is the embedding output (the input of the first layer), hidden/{l} the output of
-layer l, i.e. the input of layer l + 1, for every family. For GPT-2, hidden/{n_layers} is the
+layer l, i.e. the input of layer l + 1, for every architecture. For GPT-2, hidden/{n_layers} is the
 last block's output before the final LayerNorm ln_f (transformers returns it after ln_f).
 
 HDF5 has no bfloat16 type: a bfloat16 store holds each value's 16 bits as uint16 (the upper
@@ -23,6 +26,7 @@ decodes them.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,7 +36,7 @@ import h5py
 import numpy as np
 import torch
 
-from attnscope.core.files import atomic_path
+from attnscope.core.files import atomic_path, sha256_of
 
 TOKEN_ARRAYS = ("input_ids", "attention_mask", "token_type_ids", "category", "word_ids")
 STORE_TYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
@@ -78,6 +82,46 @@ def atomic_h5(path: str | Path) -> Iterator[h5py.File]:
     """
     with atomic_path(path) as partial, h5py.File(partial, "w") as f:
         yield f
+
+
+@dataclass
+class EncodedCorpus:
+    """N sequences padded to L = the longest real length; arrays [N, L] as in encoded.h5."""
+
+    input_ids: np.ndarray  # int32, padding = the tokenizer's pad id (GPT-2: its eos)
+    attention_mask: np.ndarray  # int8
+    token_type_ids: np.ndarray  # int8
+    category: np.ndarray  # int8, PAD = -1
+    word_ids: np.ndarray  # int32, -1 for specials and padding
+    meta: list[dict]
+    kind: str = ""
+    settings: dict | None = None  # the corpus settings with defaults filled in
+    inputs: tuple[str, ...] = ()  # the files it was built from
+    tokenizer: str = ""  # name_or_path
+    dropped: int = 0
+
+
+def write_encoded(path: str | Path, corpus: EncodedCorpus) -> None:
+    """Write encoded.h5 (datasets and attributes as in the module docstring), atomically."""
+    with atomic_h5(path) as f:
+        for name in TOKEN_ARRAYS:
+            f.create_dataset(name, data=getattr(corpus, name))
+        f.create_dataset(
+            "meta",
+            data=[json.dumps(m, ensure_ascii=False) for m in corpus.meta],
+            dtype=h5py.string_dtype("utf-8"),
+        )
+        f.attrs["kind"] = corpus.kind
+        f.attrs["settings"] = json.dumps(corpus.settings)
+        f.attrs["sha256_inputs"] = json.dumps({p: sha256_of(p) for p in corpus.inputs})
+        f.attrs["tokenizer"] = corpus.tokenizer
+        f.attrs["dropped"] = corpus.dropped
+
+
+def read_meta(path: str | Path) -> list[dict]:
+    """The per-sequence meta objects of an encoded.h5, in sequence order."""
+    with h5py.File(path, "r") as f:
+        return [json.loads(s) for s in f["meta"].asstr()[()]]
 
 
 def batch_spans(lengths: np.ndarray, batch_size: int, limit: int | None = None):

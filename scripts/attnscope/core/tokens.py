@@ -3,7 +3,7 @@
 Codes (int8 in the stores): OTHER 0, CLS 1, SEP 2, PUNCT 3, PAD -1.
 RoBERTa: <s> is CLS, </s> is SEP. GPT-2 has one special token, <|endoftext|>: the corpora
 put it first (category CLS, the sequence start) and between/after segments (category SEP),
-so the same tables mean the same thing for every family.
+so the same tables mean the same thing for every architecture.
 PUNCT is "." and "," as whole pieces (Clark et al. 2019), with or without a leading
 word-boundary marker (GPT-2/RoBERTa "Ġ,").
 """

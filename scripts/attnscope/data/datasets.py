@@ -1,5 +1,7 @@
 """The public data files the corpora are built from: pinned upstream address and SHA-256.
 
+Which kind reads which files: `attnscope.data.corpora.KINDS`.
+
 Acquisition copies a file from a mirror folder (laid out like `relpath`) or downloads it from
 `url`, verifies the SHA-256, and only then moves it into place.
 """
@@ -78,29 +80,16 @@ DATA_FILES = {
     ]
 }
 
-FILES_BY_KIND = {
-    "texts": [],  # the config's own texts: no data file
-    "wiki": ["wikitext-2/valid.txt", "wikitext-2/test.txt"],
-    "wiki512": ["wikitext-2/valid.txt", "wikitext-2/test.txt"],
-    "ewt": [
-        "ud-english-ewt-r2.16/en_ewt-ud-dev.conllu",
-        "ud-english-ewt-r2.16/en_ewt-ud-test.conllu",
-    ],
-    "gap": [
-        "gap-coreference/gap-development.tsv",
-        "gap-coreference/gap-test.tsv",
-        "gap-coreference/gap-validation.tsv",
-    ],
-    "clark": [],
-}
-
 
 class ChecksumError(RuntimeError):
     """A data file's SHA-256 differs from the pinned one."""
 
 
 def files_for_kind(kind: str) -> list[DataFile]:
-    return [DATA_FILES[p] for p in FILES_BY_KIND[kind]]
+    """The pinned files corpus kind `kind` is built from, in reading order (none: clark, texts)."""
+    from attnscope.data.corpora import KINDS  # the registry, which imports this module
+
+    return list(KINDS[kind].data_files)
 
 
 def acquire(relpath: str, destination: str | Path, mirror: str = "") -> str:

@@ -7,6 +7,7 @@ message naming the key, and nothing is computed or overwritten.
 from __future__ import annotations
 
 from attnscope.architectures import StreamingUnavailableError, architecture, checkpoint_files
+from attnscope.data.corpora import KINDS as CORPUS_KINDS
 from attnscope.pipeline.models import local_model_folder, read_model_config, require_tokenizer
 from attnscope.pipeline.outputs import Family
 
@@ -19,12 +20,7 @@ def check_config(config: dict, families: dict[str, Family]) -> None:
     """Raise ConfigError for the first inconsistency found (after schema validation)."""
     corpora = config["corpora"]
     for name, settings in corpora.items():
-        if settings["kind"] == "clark" and not settings.get("path"):
-            raise ConfigError(f"config: corpora.{name}.path is required for kind clark")
-        if (settings["kind"] == "texts") != bool(settings.get("texts")):
-            raise ConfigError(
-                f"config: corpora.{name}.texts must be given (non-empty) exactly when kind is texts"
-            )
+        check_own_settings(name, settings)
     for name, family in families.items():
         settings = config["analyses"][name]
         if not settings.get("enabled", True):
@@ -52,6 +48,26 @@ def check_config(config: dict, families: dict[str, Family]) -> None:
         for corpus in family.corpora(config["analyses"][name])
     }
     check_models(config, sorted(c for c in used if corpora[c].get("mask_rate", 0) > 0))
+
+
+def check_own_settings(name: str, settings: dict) -> None:
+    """Corpus `name` gives its kind's own setting (clark: path, texts: texts), and no other
+    kind's: a setting its kind never reads would be silently ignored."""
+    for kind in CORPUS_KINDS.values():
+        setting = kind.own_setting
+        if setting is None:
+            continue
+        given = bool(settings.get(setting))
+        if kind.name == settings["kind"] and not given:
+            raise ConfigError(
+                f"config: corpora.{name}.{setting} must be given (non-empty): it is required "
+                f"for kind {kind.name}"
+            )
+        if kind.name != settings["kind"] and given:
+            raise ConfigError(
+                f"config: corpora.{name}.{setting} is read only by kind {kind.name}, not by "
+                f"kind {settings['kind']}"
+            )
 
 
 def check_models(config: dict, masked_corpora: list[str] = ()) -> None:

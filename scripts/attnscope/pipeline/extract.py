@@ -158,13 +158,13 @@ def state_store(encoded_path, out_path, config, dtype: str, attrs: dict | None):
         )
 
 
-def batch_inputs(family, model, arrays: dict, start: int, stop: int, n: int, device: str):
+def batch_inputs(arch, model, arrays: dict, start: int, stop: int, n: int, device: str):
     """The forward's keyword arguments for sequences [start, stop), first n positions."""
     batch = {
         key: torch.from_numpy(arrays[key][start:stop, :n].astype(np.int64)).to(device)
         for key in ("input_ids", "attention_mask", "token_type_ids")
     }
-    return family.model_inputs(model, **batch)
+    return arch.model_inputs(model, **batch)
 
 
 def extract(
@@ -181,7 +181,7 @@ def extract(
     """Write hidden_states.h5 for one model and one encoded corpus with a whole-model forward
     per batch in `compute_dtype`, stored in `dtype`; returns summary stats."""
     model = model.to(device, getattr(torch, compute_dtype)).eval()
-    family = architecture(model.config.model_type)
+    arch = architecture(model.config.model_type)
     attrs = {**(attrs or {}), "compute_dtype": compute_dtype}
     with state_store(encoded_path, out_path, model.config, dtype, attrs) as store:
         arrays, hidden, lengths = store
@@ -190,9 +190,9 @@ def extract(
             for start, stop, n in batch_spans(lengths, batch_size):
                 # Only the first n positions are written: the rest of the batch is padding,
                 # which the dataset's fill value (0) already holds.
-                inputs = batch_inputs(family, model, arrays, start, stop, n, device)
+                inputs = batch_inputs(arch, model, arrays, start, stop, n, device)
                 with torch.inference_mode():
-                    writer.put(start, stop, n, family.residual_states(model, inputs))
+                    writer.put(start, stop, n, arch.residual_states(model, inputs))
                 progress.update(stop - start)
         progress.close()
     return summary(arrays, model.config)
@@ -218,7 +218,7 @@ def extract_streamed(
     compute = getattr(torch, compute_dtype)
     stream = LayerStream(folder, device, compute)
     config = stream.config
-    family = architecture(config.model_type)
+    arch = architecture(config.model_type)
     attrs = {**(attrs or {}), "compute_dtype": compute_dtype}
     with state_store(encoded_path, out_path, config, dtype, attrs) as store:
         arrays, hidden, lengths = store
@@ -231,9 +231,9 @@ def extract_streamed(
         def one_pass(target, compute) -> None:
             with BackgroundWriter([target], batch_size) as writer:
                 for start, stop, n in spans:
-                    inputs = batch_inputs(family, stream.model, arrays, start, stop, n, device)
+                    inputs = batch_inputs(arch, stream.model, arrays, start, stop, n, device)
                     state = compute(inputs, start, stop, n)
-                    if family.zero_padding_states:
+                    if arch.zero_padding_states:
                         real = inputs["attention_mask"].bool()[..., None]
                         state = torch.where(real, state, torch.zeros((), dtype=state.dtype))
                     writer.put(start, stop, n, [state])

@@ -1,8 +1,8 @@
 """Output declarations: every analysis family lists its tables and figures once, here.
 
 A family's `analyses/<family>/outputs.py` defines `FAMILY = Family(...)`. From that one
-declaration follow the rule outputs (rules ask `table()` for a declared path), the figure jobs
-(one generic rule per scope draws any declared figure with `analyses/<family>/plots.py`),
+declaration follow the rule outputs (rules ask `table()` for a declared path), the figure rules
+(`<family>_figure_<figure>`, drawn by the function `<figure>` of `analyses/<family>/plots.py`),
 the report entries (caption `report/<family>/<figure>.rst`), the targets of `rule all` and of
 `snakemake <family>`, and the check that the README lists every output.
 
@@ -30,7 +30,8 @@ FIGURE_SUFFIXES = ("svg", "png")
 
 @dataclass(frozen=True)
 class Figure:
-    """One figure, drawn by `FIGURES[name]` of the family's plots module from its tables.
+    """One figure, drawn by the function `name` of the family's plots module from its tables,
+    in the rule `<family>_figure_<name>` (rules/figures.smk).
 
     tables    table file names of the figure's scope folder, passed by stem as keyword
               arguments (an `all` figure reads its tables from the `model` scope, one per model)
@@ -41,6 +42,23 @@ class Figure:
     scope: str
     tables: tuple[str, ...]
     settings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Needs:
+    """What a family's jobs read from another family: the declared way across families (no
+    family imports another family's modules; shared maps live in `attnscope.maps`).
+
+    family    the other family's name
+    settings  keys of the other family's config block, passed to the jobs as params of the
+              same names (views read mixing's contrast and max_rel_residual)
+    tables    own settings -> the other family's corpus tables the jobs read, for the same
+              model and corpus (probing reads mixing's maps.h5 when its sources name scopes)
+    """
+
+    family: str
+    settings: tuple[str, ...] = ()
+    tables: Callable[[dict], tuple[str, ...]] = lambda settings: ()
 
 
 @dataclass(frozen=True)
@@ -63,6 +81,7 @@ class Family:
     map_bytes  (settings, n_layers, n_sequences, length) -> {file: bytes} of the family's
               per-pair map files for one corpus (their datasets are not compressed, so the
               bytes are exact), for the disk estimate made before any job
+    needs     what the family reads from other families (`Needs`)
     """
 
     name: str
@@ -74,6 +93,7 @@ class Family:
     corpus_kinds: dict[str, tuple[str, ...]] = field(default_factory=dict)
     folder: bool = False
     map_bytes: Callable[[dict, int, int, int], dict[str, int]] = lambda *shape: {}
+    needs: tuple[Needs, ...] = ()
 
     def folder_path(self, scope: str = "corpus") -> str:
         """Path pattern (wildcards model, corpus) of the family's folder of one scope."""

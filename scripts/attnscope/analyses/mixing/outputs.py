@@ -1,6 +1,6 @@
 """Outputs of the whole-layer mixing analysis (Kobayashi et al. 2021, 2024)."""
 
-from attnscope.analyses.mixing.scopes import SCOPES
+from attnscope.maps.scopes import SCOPES
 from attnscope.pipeline.outputs import Family, Figure
 
 

@@ -193,9 +193,3 @@ def prediction(prediction: pd.DataFrame, prediction_examples: int, title: str):
     fig.suptitle(f"{title}: input tokens' contributions to the prediction")
     fig.tight_layout()
     return fig
-
-
-FIGURES = {
-    f.__name__: f
-    for f in (mixing_ratio, rsa, scope_maps, ff_pairs, propagated_mixing, rollout, prediction)
-}

@@ -14,8 +14,7 @@ from __future__ import annotations
 import torch
 
 from attnscope.analyses.mixing.statistics import ScopeRSA, row_normalised
-
-PROPAGATED = "Propagated"
+from attnscope.maps.scopes import PROPAGATED
 
 
 def rollout_step(previous: torch.Tensor | None, layer_map: torch.Tensor) -> torch.Tensor:

@@ -13,6 +13,8 @@ import pandas as pd
 import torch
 from scipy.stats import rankdata
 
+from attnscope.core.streaming import Moments
+
 
 def vector_mixing_ratio(parts: torch.Tensor) -> torch.Tensor:
     """||sum_{j != i} z_ij|| / (||sum_{j != i} z_ij|| + ||z_ii||) (Kobayashi 2021), bias left out.
@@ -33,29 +35,25 @@ def weight_mixing_ratio(weights: torch.Tensor) -> torch.Tensor:
 
 
 class MixingRatios:
-    """Mean and sd of the mixing ratio over real query tokens per (scope, layer)."""
+    """Mean and sd of the mixing ratio over real query tokens per (scope, layer): the
+    `Moments` of one slot per (scope, layer)."""
 
     def __init__(self, scopes: tuple[str, ...], n_layers: int):
         self.scopes, self.n_layers = scopes, n_layers
-        shape = (len(scopes), n_layers)
-        self.count, self.total, self.total_sq = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+        self.moments = Moments((len(scopes), n_layers))
 
     def add(self, scope: str, layer: int, ratio: torch.Tensor, mask: torch.Tensor) -> None:
         """ratio [B, n] of 0-based `layer`; only real tokens (mask 1) count."""
-        values = ratio[mask.bool()].double()
-        s = self.scopes.index(scope)
-        self.count[s, layer] += values.numel()
-        self.total[s, layer] += float(values.sum())
-        self.total_sq[s, layer] += float(values.square().sum())
+        self.moments.add((self.scopes.index(scope), layer), ratio[mask.bool()])
 
     def table(self) -> pd.DataFrame:
         """`scope layer mean sd` per layer, then `layer` = all (every token of every layer)."""
-        rows = []
+        m, rows = self.moments, []
         for s, scope in enumerate(self.scopes):
             slots = [(str(layer + 1), np.s_[s, layer]) for layer in range(self.n_layers)]
             slots.append(("all", np.s_[s, :]))
             for label, at in slots:
-                n, t, t2 = self.count[at].sum(), self.total[at].sum(), self.total_sq[at].sum()
+                n, t, t2 = m.count[at].sum(), m.total[at].sum(), m.total_sq[at].sum()
                 mean = t / n if n else np.nan
                 sd = np.sqrt(max(t2 / n - mean**2, 0.0)) if n else np.nan
                 rows.append((scope, label, mean, sd))

@@ -12,10 +12,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from attnscope.analyses.mixing.scopes import SCOPES
 from attnscope.analyses.mixing.statistics import FfPairs
 from attnscope.core.attention import visible_pairs
 from attnscope.core.store import batch_spans
+from attnscope.maps.scopes import SCOPES
 
 
 def ff_pairs_table(

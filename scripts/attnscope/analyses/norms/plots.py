@@ -150,16 +150,3 @@ def massive_activations(massive_activations: pd.DataFrame, title: str):
     fig.suptitle(title)
     fig.tight_layout()
     return fig
-
-
-FIGURES = {
-    f.__name__: f
-    for f in (
-        alpha_fx_scatter,
-        sep_heads,
-        token_class_layer,
-        affine_singular_values,
-        attention_sinks,
-        massive_activations,
-    )
-}

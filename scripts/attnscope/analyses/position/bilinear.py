@@ -12,7 +12,7 @@ Q S K^T are the exact raw scores q k^T; without it (the paper's choice) biases a
 W^A has rank at most r, so only the first r singular directions carry the scores; Q and K
 below keep those r columns. The full d x d R is orthogonal, but its last D - r rows and columns
 come from null-space bases that the SVD picks arbitrarily, so its eigen-angles from that block
-mean nothing (ANALYSES.md §4.6). The rank block
+mean nothing. The rank block
 
     R_rank = (U^Q[:, :r])^T U^K[:, :r]    (the top-left r x r block of R)
 

@@ -304,23 +304,3 @@ def rotary_norms(rotary_bands: pd.DataFrame, title: str):
     fig.colorbar(points, ax=list(axes), label="layer")
     fig.suptitle(title)
     return fig
-
-
-FIGURES = {
-    f.__name__: f
-    for f in (
-        pe_spectrum,
-        pe_pca,
-        wa_singular_values,
-        rotation_angles,
-        trt_clusters,
-        trt_centres,
-        spectra,
-        g_map,
-        xcorr,
-        pe_spectra_models,
-        rotary_positional_share,
-        rotary_offsets,
-        rotary_norms,
-    )
-}

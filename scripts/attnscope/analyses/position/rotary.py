@@ -229,6 +229,7 @@ class RotaryStatistics:
             offset_mean=self.offset_mean,
             offset_count=self.offset_count,
             residual=self.residual,
+            residual_abs=self.largest["residual"],
         )
 
 
@@ -248,6 +249,7 @@ class LayerSummary:
     offset_mean: np.ndarray
     offset_count: np.ndarray
     residual: float
+    residual_abs: float
 
 
 @dataclass
@@ -257,7 +259,7 @@ class RotaryResult:
 
     n_bands [L]; theta, wavelength [L, K] (radians per token, tokens); abs_share,
     positional_share, q_norm, k_norm [L, H, K]; offset_mean [L, H, K, T]; offset_count [L, T];
-    residual [L] (relative, see `RotaryStatistics.residual`)."""
+    residual [L] (relative, see `RotaryStatistics.residual`), residual_abs [L] (its numerator)."""
 
     t_max: int
     n_bands: np.ndarray
@@ -270,6 +272,7 @@ class RotaryResult:
     offset_mean: np.ndarray
     offset_count: np.ndarray
     residual: np.ndarray
+    residual_abs: np.ndarray
 
     @classmethod
     def collect(cls, layers: list[LayerSummary]) -> RotaryResult:
@@ -300,15 +303,16 @@ class RotaryResult:
             n_bands=np.array([s.n_bands for s in layers]),
             offset_count=np.stack([s.offset_count for s in layers]),
             residual=np.array([s.residual for s in layers]),
+            residual_abs=np.array([s.residual_abs for s in layers]),
             **arrays,
         )
 
 
-def scan_rotary(
+def rotary_pass(
     store: HiddenStates, weights: CanonicalModel, *, t_max: int, batch_size: int, device: str
 ) -> RotaryResult:
     """The band statistics of every layer, one layer's accumulators at a time, streaming the
-    store's batches (as `scan.scan_trt`)."""
+    store's batches (as `corpus_pass.trt_pass`)."""
     summaries = []
     for l, layer in enumerate(weights.layers):
         stats = RotaryStatistics(layer, store.length, t_max, device)

@@ -81,8 +81,3 @@ def read_sequences(path: str, source: str, indices: np.ndarray):
         block = maps[:, pairs[s] - pairs[lo] : pairs[s + 1] - pairs[lo]].reshape(-1, w, w)
         out.append((block, embeddings[words[s] - words[lo] : words[s + 1] - words[lo]]))
     return out
-
-
-def sources(path: str) -> list[str]:
-    with h5py.File(path, "r") as f:
-        return [k for k in f.keys() if isinstance(f[k], h5py.Group)]

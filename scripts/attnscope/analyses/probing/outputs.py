@@ -4,8 +4,8 @@ Syntax and the probe run on the corpus `syntax_corpus` (UD EWT), coreference on 
 (GAP); each corpus gets only its own tables and figures.
 """
 
-from attnscope.analyses.mixing.scopes import SCOPES
-from attnscope.pipeline.outputs import Family, Figure
+from attnscope.maps.scopes import SCOPES
+from attnscope.pipeline.outputs import Family, Figure, Needs
 
 MODEL_SOURCES = ("weights", "norms")
 # The universal dependency relations of UD v2 (subtypes are folded into them), root excluded:
@@ -47,6 +47,11 @@ def problems(settings: dict):
             )
 
 
+def mixing_tables(settings: dict) -> tuple[str, ...]:
+    """The mixing family's maps.h5 when `sources` names whole-layer scopes."""
+    return ("maps.h5",) if any(source in SCOPES for source in settings["sources"]) else ()
+
+
 FAMILY = Family(
     name="probing",
     title="Syntax, coreference and probes (Clark et al. 2019)",
@@ -63,4 +68,5 @@ FAMILY = Family(
         "syntax_corpus": SYNTAX + ("syntax_best", "syntax_heatmaps", "probe_uas"),
         "coref_corpus": COREF + ("coref_heads",),
     },
+    needs=(Needs("mixing", tables=mixing_tables),),
 )

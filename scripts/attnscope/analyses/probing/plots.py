@@ -97,6 +97,3 @@ def coref_heads(coref_heads: pd.DataFrame, coref_best: pd.DataFrame, title: str)
     fig.suptitle(f"{title} (baselines: {notes})")
     fig.tight_layout()
     return fig
-
-
-FIGURES = {f.__name__: f for f in (syntax_best, syntax_heatmaps, probe_uas, coref_heads)}

@@ -14,9 +14,9 @@ import h5py
 import numpy as np
 import torch
 
-from attnscope.analyses.norms.summed_norms import head_summed_norms
 from attnscope.analyses.probing.outputs import MODEL_SOURCES
 from attnscope.core.attention import attention_probs, value_vectors
+from attnscope.maps.head_norms import head_summed_norms
 
 WHOLE_LAYER_HEAD = 0
 
@@ -50,17 +50,3 @@ def mixing_maps(maps: h5py.File, scope: str, layer: int, start: int, stop: int, 
     if key not in maps:
         raise KeyError(f"{maps.filename}: no dataset {key!r} (scopes: {list(maps.keys())})")
     return torch.from_numpy(maps[key][start:stop, :n, :n].astype(np.float32))[:, None]
-
-
-def mixing_scopes(path: str | None, wanted: list[str]) -> list[str]:
-    """The scopes of maps.h5 among `wanted` (every scope it lists when `wanted` is ["all"])."""
-    if not path:
-        return []
-    with h5py.File(path, "r") as f:
-        listed = [str(s) for s in f.attrs.get("scopes", list(f.keys()))]
-    if wanted == ["all"]:
-        return listed
-    missing = [s for s in wanted if s not in listed]
-    if missing:
-        raise ValueError(f"{path}: scopes {missing} not found (it has {listed})")
-    return list(wanted)

@@ -60,7 +60,6 @@ class SyntaxCounts:
         self.heads: dict[str, np.ndarray] = {}
         self.baseline = np.zeros((len(relations), 2, len(OFFSETS)), dtype=np.int64)
         self.base_n = np.zeros((len(relations), 2), dtype=np.int64)
-        self.causal = False
 
     def add(
         self,
@@ -75,7 +74,6 @@ class SyntaxCounts:
     ) -> None:
         """word_maps [B, H', W, W] (specials dropped); heads, rels [B, W]; n_words [B]."""
         B, H, W, _ = word_maps.shape
-        self.causal = causal
         self.heads[source] = head_labels
         positions = torch.arange(W)
         present = positions[None, :] < n_words[:, None]  # [B, W]

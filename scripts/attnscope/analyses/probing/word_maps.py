@@ -46,9 +46,3 @@ def word_level(
     """
     source, to = aggregation(word_ids, mask, n_words, mode)
     return torch.einsum("bwi,bhij,bvj->bhwv", source, maps.float(), to)
-
-
-def word_visible(n_words: int, causal: bool, device=None) -> torch.Tensor:
-    """[W, W] whether word i can see word j: always, or j <= i for causal models."""
-    ones = torch.ones(n_words, n_words, dtype=torch.bool, device=device)
-    return ones.tril() if causal else ones

@@ -1,6 +1,6 @@
 """Outputs of the views: one folder of self-contained HTML pages per model and corpus."""
 
-from attnscope.pipeline.outputs import Family
+from attnscope.pipeline.outputs import Family, Needs
 
 
 def problems(settings: dict):
@@ -19,4 +19,6 @@ FAMILY = Family(
     tables={"corpus": ("index.html",)},
     problems=problems,
     folder=True,
+    # the prediction row's contrast and the decomposition's bound are the mixing family's
+    needs=(Needs("mixing", settings=("contrast", "max_rel_residual")),),
 )

@@ -33,12 +33,6 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from attnscope.analyses.mixing.corpus import ResidualLog, layer_scope_maps
-from attnscope.analyses.mixing.layer_decomposition import VECTOR_SCOPES
-from attnscope.analyses.mixing.propagation import Carried, contribution_norms, propagate
-from attnscope.analyses.mixing.propagation_corpus import Prediction, attribute
-from attnscope.analyses.mixing.rollout import PROPAGATED
-from attnscope.analyses.norms.summed_norms import head_summed_norms
 from attnscope.core.attention import (
     additive_mask,
     attention_probs,
@@ -47,8 +41,15 @@ from attnscope.core.attention import (
     visible_pairs,
 )
 from attnscope.core.canonical import CanonicalModel
+from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CATEGORY_NAMES, SEP
+from attnscope.maps.head_norms import head_summed_norms
+from attnscope.maps.layer_decomposition import VECTOR_SCOPES
+from attnscope.maps.layer_maps import layer_scope_maps
+from attnscope.maps.prediction import Prediction, attribute
+from attnscope.maps.propagation import Carried, contribution_norms, propagate
+from attnscope.maps.scopes import PROPAGATED
 
 
 @dataclass
@@ -126,7 +127,7 @@ def sequence_page(
             "sliding_window": [layer.sliding_window for layer in weights.outline],
             "kv_heads": weights.outline[0].n_kv_heads,
             "rotary": weights.rotary,
-            "family": weights.family,
+            "architecture": weights.architecture,
             "model_type": weights.model_type,
             "tokens": [tokenizer.convert_tokens_to_string([p]).strip() or p for p in pieces],
             "category": [CATEGORY_NAMES[int(c)] for c in category],
@@ -137,7 +138,7 @@ def sequence_page(
             "top_k": min(top_k, n),
         }
     )
-    residuals = ResidualLog(max_rel_residual, log)
+    residuals = ResidualLog(max_rel_residual, log, "views")
     mask = torch.ones(1, n, dtype=torch.long, device=device)
     exact = store.exact
     alpha_error = 0.0
@@ -219,7 +220,7 @@ def add_prediction(
     residuals: ResidualLog,
 ) -> None:
     """`prediction/logit` (and `prediction/contrast`) [P, n] and `header["prediction"]`: the
-    last state's split pushed through the LM head (`propagation_corpus.attribute`, checked
+    last state's split pushed through the LM head (`maps.prediction.attribute`, checked
     against the model's logits), or the reason there is none."""
     if prediction is None or prediction.head is None:
         page.header["prediction"] = {"reason": "the model has no LM head"}

@@ -157,19 +157,3 @@ def dendrogram(head_map: pd.DataFrame, linkage: pd.DataFrame, title: str):
     )
     ax.grid(False)
     return fig
-
-
-FIGURES = {
-    "relative_position": relative_position,
-    "special_tokens": special_tokens,
-    "entropy": entropy,
-    "gradients": gradients,
-    "head_map": head_map,
-    "dendrogram": dendrogram,
-}
-
-
-FIGURES = {
-    f.__name__: f
-    for f in (relative_position, special_tokens, entropy, gradients, head_map, dendrogram)
-}

@@ -1,4 +1,5 @@
-"""Attention-weight statistics per head (Clark et al. 2019, ANALYSES.md section 1).
+"""Attention-weight statistics per head (Clark et al. 2019, "What Does BERT
+Look At?", section 3).
 
 Every statistic reads one attention tensor alpha [B, H, n, n] (query i, key j) with its
 mask [B, n] (1 = real token), token categories [B, n] (attnscope.core.tokens codes) and whether

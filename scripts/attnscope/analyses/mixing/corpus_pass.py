@@ -9,35 +9,24 @@ one layer's decomposition is in memory.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import h5py
 import pandas as pd
 import torch
 
-from attnscope.analyses.mixing.layer_decomposition import (
-    SCOPES,
-    WEIGHT_SCOPES,
-    Stage,
-    closing_layer_norm,
-    layer_stages,
-    reference_outputs,
-    weight_maps,
-)
 from attnscope.analyses.mixing.statistics import (
     MixingRatios,
     ScopeRSA,
     vector_mixing_ratio,
     weight_mixing_ratio,
 )
-from attnscope.architectures import architecture
-from attnscope.core import checks
-from attnscope.core.attention import attention_probs, layer_visible_pairs
+from attnscope.core.attention import layer_visible_pairs
 from attnscope.core.canonical import CanonicalModel
+from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
-
-COMPLETENESS = "FfCompleteness"
+from attnscope.maps.layer_decomposition import SCOPES, WEIGHT_SCOPES
+from attnscope.maps.layer_maps import layer_scope_maps
 
 
 @dataclass
@@ -47,67 +36,7 @@ class MixingResult:
     check: pd.DataFrame
 
 
-class ResidualLog:
-    """The largest absolute and relative residual per (layer, stage) over every batch."""
-
-    def __init__(self, bound: float, log: logging.Logger | None):
-        self.bound, self.log = bound, log
-        self.worst: dict[tuple[int, str], tuple[float, float]] = {}
-
-    def add(self, layer: int, stage: str, got, want, mask) -> None:
-        """got, want [B, n, d] over real tokens (mask [B, n])."""
-        self.record(layer, stage, *checks.residual(got, want, mask))
-
-    def record(self, layer: int, stage: str, max_abs: float, max_rel: float) -> None:
-        old = self.worst.get((layer, stage), (0.0, 0.0))
-        self.worst[(layer, stage)] = (max(old[0], max_abs), max(old[1], max_rel))
-        checks.require(f"layer {layer}: mixing stage {stage} vs real output", max_rel, self.bound)
-
-    def table(self) -> pd.DataFrame:
-        rows = [(layer, stage, a, r) for (layer, stage), (a, r) in self.worst.items()]
-        table = pd.DataFrame(rows, columns=["layer", "stage", "max_abs", "max_rel"])
-        if self.log:
-            for stage, group in table.groupby("stage", sort=False):
-                self.log.info("%s: largest relative residual %.3g", stage, group["max_rel"].max())
-        return table
-
-
-def layer_scope_maps(
-    model,
-    weights: CanonicalModel,
-    l: int,
-    X: torch.Tensor,
-    mask: torch.Tensor,
-    X_next: torch.Tensor | None,
-    ig_steps: int,
-    residuals: ResidualLog,
-    on_stage: Callable[[Stage], None] | None = None,
-) -> dict[str, torch.Tensor]:
-    """Every scope's map of layer `l` (0-based) for one batch.  {scope: [B, n, n]}
-
-    X [B, n, d] the layer input, mask [B, n]; X_next [B, n, d] the stored next hidden state
-    (None: recomputed). Each stage is checked against the real module output (`residuals`
-    raises above its bound) and handed to `on_stage` before the next one overwrites it.
-    Invisible pairs and padding rows are 0.
-    """
-    layer = weights.layers[l]
-    closing = closing_layer_norm(weights.outline, weights.final_ln, l)
-    y = architecture(model.config.model_type).attention_output(model, l, X, mask)
-    reference = reference_outputs(X, y, layer, closing, X_next)
-    maps = weight_maps(attention_probs(X, mask, layer))
-    extra: dict = {}
-    for stage in layer_stages(X, mask, layer, closing, ig_steps, extra):
-        residuals.add(l + 1, stage.scope, stage.total(), reference[stage.scope], mask)
-        if stage.scope == "AttnResLnFf":
-            residuals.add(l + 1, COMPLETENESS, stage.total(), extra["ff_real"], mask)
-        maps[stage.scope] = stage.parts.norm(dim=-1)
-        if on_stage is not None:
-            on_stage(stage)
-    keep = layer_visible_pairs(mask, layer)  # padding rows and keys are invisible too
-    return {scope: maps[scope] * keep for scope in SCOPES}
-
-
-def analyse_corpus(
+def corpus_pass(
     store: HiddenStates,
     weights: CanonicalModel,
     model,
@@ -140,7 +69,7 @@ def analyse_corpus(
     stored_exact = store.exact
     ratios = MixingRatios(SCOPES, weights.n_layers)
     rsa = ScopeRSA(SCOPES, weights.n_layers)
-    residuals = ResidualLog(max_rel_residual, log)
+    residuals = ResidualLog(max_rel_residual, log, "mixing")
     for l in range(weights.n_layers) if layers is None else layers:
         layer = weights.layers[l]
         datasets = {

@@ -11,61 +11,27 @@ layer's decomposition is in memory.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import h5py
-import numpy as np
 import pandas as pd
 import torch
 
-from attnscope.analyses.mixing.corpus import ResidualLog
-from attnscope.analyses.mixing.prediction import (
-    contrast_ids,
-    logit_attribution,
-    prediction_positions,
-    prediction_rows,
-)
-from attnscope.analyses.mixing.propagation import (
-    Carried,
+from attnscope.analyses.mixing.rollout import RolloutRSA, rollout_step
+from attnscope.analyses.mixing.statistics import MixingRatios, vector_mixing_ratio
+from attnscope.core.attention import visible_pairs
+from attnscope.core.canonical import CanonicalModel
+from attnscope.core.checks import ResidualLog
+from attnscope.core.store import HiddenStates
+from attnscope.core.tables import not_applicable
+from attnscope.maps.prediction import Prediction, attribute, prediction_frame
+from attnscope.maps.propagation import (
     bias_share,
     contribution_norms,
     propagate,
 )
-from attnscope.analyses.mixing.rollout import RolloutRSA, rollout_step
-from attnscope.analyses.mixing.statistics import MixingRatios, vector_mixing_ratio
-from attnscope.architectures import architecture, prediction_head
-from attnscope.core.attention import visible_pairs
-from attnscope.core.canonical import CanonicalModel, PredictionHead
-from attnscope.core.store import HiddenStates
-from attnscope.core.tables import not_applicable
 
 MEASURES = ("mixing_ratio", "bias_share")
-LOGIT = "Logit"
-CONTRAST = "LogitDifference"
-
-
-@dataclass
-class Prediction:
-    """What the prediction attribution needs: the model's head (None: no LM head), the mask
-    token of a masked LM (None for a causal LM), and an optional (target, foil) pair of
-    token ids; `token_of` turns ids into token strings."""
-
-    head: PredictionHead | None
-    mask_token_id: int | None
-    contrast: tuple[int, int] | None
-    token_of: Callable[[int], str]
-
-    @classmethod
-    def of(cls, model, manifest: dict, tokenizer, contrast: list[str]) -> Prediction:
-        """What a model loaded with its head (`open_model(with_head=True)`) predicts, with
-        the `contrast` setting [target, foil] (empty: none)."""
-        return cls(
-            head=prediction_head(model),
-            mask_token_id=tokenizer.mask_token_id if manifest["lm_head"] == "masked" else None,
-            contrast=contrast_ids(tokenizer, contrast),
-            token_of=tokenizer.convert_ids_to_tokens,
-        )
 
 
 @dataclass
@@ -76,104 +42,7 @@ class PropagationResult:
     check: pd.DataFrame
 
 
-def model_logits(model, store: HiddenStates, batch) -> torch.Tensor:
-    """The model's own logits for one batch (a forward pass with its head).  [B, n, V]"""
-    arch = architecture(model.config.model_type)
-    n, device = batch.X.shape[1], batch.X.device
-    types = store.token_type_ids[batch.start : batch.stop, :n].astype(np.int64)
-    inputs = arch.model_inputs(
-        model,
-        torch.from_numpy(batch.input_ids.astype(np.int64)).to(device),
-        batch.mask,
-        torch.from_numpy(types).to(device),
-    )
-    with torch.no_grad():
-        return model(**inputs).logits.float()
-
-
-@dataclass
-class Attribution:
-    """The logits of P positions split by input token: `rows` and `positions` in the batch,
-    `columns` [P, k] the token ids (predicted, then target and foil when a contrast is set),
-    `contributions` [P, k, n] per input token, `bias` [P, k] the bias part, `logits` [P, k]
-    the model's own (parts + bias = logits, checked)."""
-
-    rows: list[int]
-    positions: list[int]
-    columns: np.ndarray
-    contributions: np.ndarray
-    bias: np.ndarray
-    logits: np.ndarray
-
-
-def attribute(
-    model,
-    weights: CanonicalModel,
-    store: HiddenStates,
-    batch,
-    carried: Carried,
-    prediction: Prediction,
-    ig_steps: int,
-    residuals: ResidualLog,
-) -> Attribution | None:
-    """Split the model's top token at each predicted position of a batch (and target and
-    foil) by input token (None when the batch has no position to attribute), checked against
-    the model's logits: relative to |logit|, at least the spread of the position's logits."""
-    mask = batch.mask.cpu().numpy()
-    where = prediction_positions(batch.input_ids, mask, prediction.mask_token_id)
-    if not where:
-        return None
-    rows = torch.tensor([r for r, _ in where], device=batch.X.device)
-    positions = torch.tensor([p for _, p in where], device=batch.X.device)
-    logits = model_logits(model, store, batch)[rows, positions]  # [P, V]
-    columns = logits.argmax(-1, keepdim=True)
-    if prediction.contrast is not None:
-        pair = torch.tensor(prediction.contrast, device=logits.device)
-        columns = torch.cat([columns, pair.expand(len(where), 2)], dim=1)
-    real = logits.gather(1, columns)
-    spread = logits.std(-1)
-    contributions, bias_part = logit_attribution(
-        carried.parts[rows, positions],
-        carried.bias[rows, positions],
-        weights.final_ln,
-        prediction.head,
-        columns,
-        ig_steps,
-    )
-    got = contributions.sum(-1) + bias_part
-    checked = [(LOGIT, got[:, 0], real[:, 0])]
-    if prediction.contrast is not None:
-        checked.append((CONTRAST, got[:, 1] - got[:, 2], real[:, 1] - real[:, 2]))
-    for stage, value, want in checked:
-        error = (value - want).abs()
-        scale = torch.maximum(want.abs(), spread)
-        residuals.record(weights.n_layers, stage, float(error.max()), float((error / scale).max()))
-    return Attribution(
-        rows=[r for r, _ in where],
-        positions=[p for _, p in where],
-        columns=columns.cpu().numpy(),
-        contributions=contributions.cpu().numpy(),
-        bias=bias_part.cpu().numpy(),
-        logits=real.cpu().numpy(),
-    )
-
-
-def prediction_frame(batch, found: Attribution, token_of) -> pd.DataFrame:
-    """prediction.tsv rows of one batch's `attribute` result."""
-    lengths = batch.mask.sum(1).cpu().numpy()
-    return prediction_rows(
-        [batch.start + r for r in found.rows],
-        found.positions,
-        [batch.input_ids[r, : lengths[r]] for r in found.rows],
-        found.columns,
-        found.contributions,
-        found.bias,
-        found.logits,
-        token_of,
-    )
-
-
-def analyse_depth(
+def depth_pass(
     store: HiddenStates,
     weights: CanonicalModel,
     model,
@@ -209,7 +78,7 @@ def analyse_depth(
     stored_exact = store.exact
     measures = MixingRatios(MEASURES, n_layers)
     rsa = RolloutRSA(tuple(rollout_scopes), n_layers)
-    residuals = ResidualLog(max_rel_residual, log)
+    residuals = ResidualLog(max_rel_residual, log, "propagation")
     predictions = []
     for batch in store.batches(0, batch_size, device):
         mask, n = batch.mask, batch.X.shape[1]

@@ -47,7 +47,7 @@ IDENTITY_TOLERANCE = 1e-8  # relative to the largest |value|, float64
 
 
 @dataclass
-class ScanResult:
+class PassResult:
     """Arrays of one pass; L layers, H heads, r = d', N sequences, F = window // 2 + 1.
 
     trt [N, L, H, T] tr_t(A); x_spectrum [L, F], q_spectrum, k_spectrum [L, F] (max over
@@ -74,6 +74,32 @@ class ScanResult:
     residual: dict[str, np.ndarray]
     scale: dict[str, np.ndarray]
 
+    @classmethod
+    def zeros(cls, N: int, weights: CanonicalModel, t_max: int, xcorr_t_max: int, window: int):
+        """Every array zero, for N sequences of the model's shape."""
+        L, H, r = weights.n_layers, weights.n_heads, weights.d_head
+        offsets = list(range(-t_max, t_max + 1))
+        xoffsets = list(range(-xcorr_t_max, xcorr_t_max + 1))
+        F, X = window // 2 + 1, len(xoffsets)
+        return cls(
+            offsets=offsets,
+            xcorr_offsets=xoffsets,
+            window=window,
+            trt=np.zeros((N, L, H, len(offsets))),
+            x_spectrum=np.zeros((L, F)),
+            q_spectrum=np.zeros((L, F)),
+            k_spectrum=np.zeros((L, F)),
+            eigenvalues=np.zeros((L, H, r), dtype=complex),
+            g_q=np.zeros((L, H, r, window)),
+            g_k=np.zeros((L, H, r, window)),
+            singular=np.zeros((L, H, r)),
+            xcov=np.zeros((L, H, X, r)),
+            xcorr=np.zeros((L, H, X, r)),
+            trt_qsk=np.zeros((L, H, X)),
+            residual={name: np.zeros((L, H)) for name in ("svd", "xcov")},
+            scale={name: np.zeros((L, H)) for name in ("svd", "xcov")},
+        )
+
     def worst_identity(self) -> tuple[str, float]:
         """(identity, largest residual / max(1, scale)) over layers and heads."""
         ratios = {
@@ -84,7 +110,83 @@ class ScanResult:
         return name, ratios[name]
 
 
-def scan(
+SUMS = ("x", "q", "k", "gq", "gk", "xcov", "xcorr", "trt_qsk")  # LayerPass's sums over sequences
+
+
+class LayerPass:
+    """One layer's share of the pass: the bilinear form of its heads (`bilinear_form`, R_rank's
+    eigen-decomposition), the two identities' running maxima per head, and the sums over
+    sequences of the spectra, eigen-wave spectra, xcov, xcorr and tr_t(Q S K^T); fed one batch
+    at a time (`add`), written into the result's layer row at the end (`write`)."""
+
+    def __init__(self, layer, include_bias: bool, xoffsets: list[int], window: int, device):
+        self.layer, self.include_bias, self.xoffsets, self.window = (
+            layer,
+            include_bias,
+            xoffsets,
+            window,
+        )
+        self.form = bilinear_form(layer, include_bias)
+        r = layer.d_head
+        values, vectors = eigen_rotation(self.form.rotation("rank"))
+        self.eigenvalues, self.singular = values, self.form.S[:, :r].cpu().numpy()
+        self.P = torch.from_numpy(vectors).to(device)
+        self.W_Q, self.W_K = (w.to(device) for w in score_weights(layer, include_bias))
+        self.s = self.form.S[:, :r].to(device)[None, :, None, :]  # [1, H, 1, r]
+        self.residual = {name: np.zeros(layer.n_heads) for name in ("svd", "xcov")}
+        self.scale = {name: np.zeros(layer.n_heads) for name in ("svd", "xcov")}
+        self.sums = dict.fromkeys(SUMS, 0.0)
+
+    def add(self, batch) -> None:
+        """One batch of the layer's input: identities checked, sums added."""
+        mask = batch.mask.double()
+        x = score_input(batch.X, self.layer, self.include_bias) * mask[..., None]
+        Q, K = self.form.queries(x), self.form.keys(x)
+        qsk = (Q * self.s) @ K.transpose(-1, -2)
+        self._check_svd(x, qsk)
+        batch_trt_qsk = diagonal_sums(qsk, self.xoffsets)  # [B, H, X]
+        del qsk
+        batch_xcov = cross_covariance(Q, K, self.xoffsets)  # [B, H, X, r]
+        weighted = (batch_xcov * self.s).sum(-1)
+        _track(self.residual["xcov"], self.scale["xcov"], weighted, batch_trt_qsk, dims=(0, 2))
+        sums, window = self.sums, self.window
+        sums["trt_qsk"] += batch_trt_qsk.sum(0)
+        sums["xcov"] += batch_xcov.sum(0)
+        sums["xcorr"] += cross_correlation(batch_xcov, Q, K).sum(0)
+        Qw, Kw = Q[:, :, :window], K[:, :, :window]
+        sums["x"] += amplitude_spectrum(x[:, :window], dim=1).sum(0)  # [F, D]
+        sums["q"] += amplitude_spectrum(Qw, dim=2).sum(0)  # [H, F, r]
+        sums["k"] += amplitude_spectrum(Kw, dim=2).sum(0)
+        sums["gq"] += eigen_wave_spectra(Qw, self.P).sum(0)  # [H, window, r]
+        sums["gk"] += eigen_wave_spectra(Kw, self.P).sum(0)
+
+    def _check_svd(self, x: torch.Tensor, qsk: torch.Tensor) -> None:
+        """X W^A X^T against Q S K^T, one head's [B, n, n] at a time."""
+        x_q = torch.einsum("bnd,hde->bhne", x, self.W_Q)
+        x_k = torch.einsum("bnd,hde->bhne", x, self.W_K)
+        for h in range(self.layer.n_heads):
+            direct = x_q[:, h : h + 1] @ x_k[:, h : h + 1].transpose(-1, -2)
+            at = slice(h, h + 1)
+            _track(self.residual["svd"][at], self.scale["svd"][at], direct, qsk[:, at], (0, 2, 3))
+
+    def write(self, result: PassResult, l: int, n_sequences: int) -> None:
+        """The layer's means over sequences into row `l` (0-based) of `result`."""
+        mean = {name: (value / n_sequences).cpu().numpy() for name, value in self.sums.items()}
+        result.x_spectrum[l] = mean["x"].max(axis=1)
+        result.q_spectrum[l] = mean["q"].max(axis=(0, 2))
+        result.k_spectrum[l] = mean["k"].max(axis=(0, 2))
+        result.g_q[l], result.g_k[l] = mean["gq"].transpose(0, 2, 1), mean["gk"].transpose(0, 2, 1)
+        result.xcov[l], result.xcorr[l], result.trt_qsk[l] = (
+            mean["xcov"],
+            mean["xcorr"],
+            mean["trt_qsk"],
+        )
+        result.eigenvalues[l], result.singular[l] = self.eigenvalues, self.singular
+        for name in ("svd", "xcov"):
+            result.residual[name][l], result.scale[name][l] = self.residual[name], self.scale[name]
+
+
+def corpus_pass(
     store: HiddenStates,
     weights: CanonicalModel,
     t_max: int = 10,
@@ -94,99 +196,37 @@ def scan(
     device: str = "cpu",
     log=None,
     layers: list[int] | None = None,
-) -> ScanResult:
+) -> PassResult:
     """The whole pass; see the module docstring. `layers` (0-based; None: all): a layer
     shard's layers, whose arrays hold zeros at the others' (`core.streaming.merged` adds)."""
-    offsets = list(range(-t_max, t_max + 1))
-    xoffsets = list(range(-xcorr_t_max, xcorr_t_max + 1))
     window = int(store.lengths.min())
     if window < 2:
         raise ValueError(f"{store.path}: the shortest sequence has {window} real tokens")
-    N, L, H, r = store.n_sequences, weights.n_layers, weights.n_heads, weights.d_head
-    F = window // 2 + 1
-    trt = np.zeros((N, L, H, len(offsets)))
-    spectra = {name: np.zeros((L, F)) for name in ("x", "q", "k")}
-    g = {name: np.zeros((L, H, r, window)) for name in ("q", "k")}
-    xcov = np.zeros((L, H, len(xoffsets), r))
-    xcorr = np.zeros_like(xcov)
-    trt_qsk = np.zeros((L, H, len(xoffsets)))
-    residual = {name: np.zeros((L, H)) for name in ("svd", "xcov")}
-    scale = {name: np.zeros((L, H)) for name in ("svd", "xcov")}
-    eigenvalues = np.zeros((L, H, r), dtype=complex)
-    singular = np.zeros((L, H, r))
-    for l in range(L) if layers is None else layers:
-        layer = weights.layers[l]
-        form = bilinear_form(layer, include_bias)
-        values, vectors = eigen_rotation(form.rotation("rank"))
-        eigenvalues[l], singular[l] = values, form.S[:, :r].cpu().numpy()
-        P = torch.from_numpy(vectors).to(device)
-        W_Q, W_K = score_weights(layer, include_bias)
-        s = form.S[:, :r].to(device)[None, :, None, :]  # [1, H, 1, r]
-        sums = dict.fromkeys(("x", "q", "k", "gq", "gk", "xcov", "xcorr", "trt_qsk"), 0.0)
+    result = PassResult.zeros(store.n_sequences, weights, t_max, xcorr_t_max, window)
+    for l in range(weights.n_layers) if layers is None else layers:
+        part = LayerPass(weights.layers[l], include_bias, result.xcorr_offsets, window, device)
         for batch in store.batches(l, batch_size, device):
-            mask = batch.mask.double()
-            A = attention_probs(batch.X, batch.mask, layer)  # padding keys get weight 0
-            A.mul_(batch.mask[:, None, :, None].to(A.dtype))  # drop padding query rows
-            trt[batch.start : batch.stop, l] = diagonal_sums(A, offsets).double().cpu().numpy()
-            del A
-            x = score_input(batch.X, layer, include_bias) * mask[..., None]
-            Q, K = form.queries(x), form.keys(x)
-            qsk = (Q * s) @ K.transpose(-1, -2)
-            x_q = torch.einsum("bnd,hde->bhne", x, W_Q.to(device))
-            x_k = torch.einsum("bnd,hde->bhne", x, W_K.to(device))
-            for h in range(H):  # one head's X W^A X^T [B, n, n] at a time beside Q S K^T
-                direct = x_q[:, h : h + 1] @ x_k[:, h : h + 1].transpose(-1, -2)
-                at = slice(h, h + 1)
-                _track(residual["svd"][l, at], scale["svd"][l, at], direct, qsk[:, at], (0, 2, 3))
-            del direct, x_q, x_k
-            batch_trt_qsk = diagonal_sums(qsk, xoffsets)  # [B, H, X]
-            del qsk
-            batch_xcov = cross_covariance(Q, K, xoffsets)  # [B, H, X, r]
-            weighted = (batch_xcov * s).sum(-1)
-            _track(residual["xcov"][l], scale["xcov"][l], weighted, batch_trt_qsk, dims=(0, 2))
-            sums["trt_qsk"] += batch_trt_qsk.sum(0)
-            sums["xcov"] += batch_xcov.sum(0)
-            sums["xcorr"] += cross_correlation(batch_xcov, Q, K).sum(0)
-            Qw, Kw = Q[:, :, :window], K[:, :, :window]
-            sums["x"] += amplitude_spectrum(x[:, :window], dim=1).sum(0)  # [F, D]
-            sums["q"] += amplitude_spectrum(Qw, dim=2).sum(0)  # [H, F, r]
-            sums["k"] += amplitude_spectrum(Kw, dim=2).sum(0)
-            sums["gq"] += eigen_wave_spectra(Qw, P).sum(0)  # [H, window, r]
-            sums["gk"] += eigen_wave_spectra(Kw, P).sum(0)
-        mean = {name: (value / N).cpu().numpy() for name, value in sums.items()}
-        spectra["x"][l] = mean["x"].max(axis=1)
-        spectra["q"][l] = mean["q"].max(axis=(0, 2))
-        spectra["k"][l] = mean["k"].max(axis=(0, 2))
-        g["q"][l], g["k"][l] = mean["gq"].transpose(0, 2, 1), mean["gk"].transpose(0, 2, 1)
-        xcov[l], xcorr[l], trt_qsk[l] = mean["xcov"], mean["xcorr"], mean["trt_qsk"]
+            result.trt[batch.start : batch.stop, l] = batch_trt(batch, part.layer, result.offsets)
+            part.add(batch)
+        part.write(result, l, store.n_sequences)
         if log is not None:
             log.info(
                 "layer %d: max residual X W^A X^T vs Q S K^T %.3g, sum s xcov vs tr_t %.3g",
                 l + 1,
-                residual["svd"][l].max(),
-                residual["xcov"][l].max(),
+                part.residual["svd"].max(),
+                part.residual["xcov"].max(),
             )
-    return ScanResult(
-        offsets=offsets,
-        xcorr_offsets=xoffsets,
-        window=window,
-        trt=trt,
-        x_spectrum=spectra["x"],
-        q_spectrum=spectra["q"],
-        k_spectrum=spectra["k"],
-        eigenvalues=eigenvalues,
-        g_q=g["q"],
-        g_k=g["k"],
-        singular=singular,
-        xcov=xcov,
-        xcorr=xcorr,
-        trt_qsk=trt_qsk,
-        residual=residual,
-        scale=scale,
-    )
+    return result
 
 
-def scan_trt(
+def batch_trt(batch, layer, offsets: list[int]) -> np.ndarray:
+    """tr_t(A) of one batch at `offsets`, padding query rows and keys excluded.  [B, H, T]"""
+    A = attention_probs(batch.X, batch.mask, layer)  # padding keys get weight 0
+    A.mul_(batch.mask[:, None, :, None].to(A.dtype))  # drop padding query rows
+    return diagonal_sums(A, offsets).double().cpu().numpy()
+
+
+def trt_pass(
     store: HiddenStates,
     weights: CanonicalModel,
     *,
@@ -196,16 +236,13 @@ def scan_trt(
     layers: list[int] | None = None,
 ) -> np.ndarray:
     """tr_t(A) alone, for any attention (rotary models, where the bilinear analyses of
-    `scan` do not apply), t = -t_max..t_max, of `layers` (0-based; None: all; zeros at the
+    `corpus_pass` do not apply), t = -t_max..t_max, of `layers` (0-based; None: all; zeros at the
     others).  [N, L, H, T]"""
     offsets = list(range(-t_max, t_max + 1))
     trt = np.zeros((store.n_sequences, weights.n_layers, weights.n_heads, len(offsets)))
     for l in range(weights.n_layers) if layers is None else layers:
-        layer = weights.layers[l]
         for batch in store.batches(l, batch_size, device):
-            A = attention_probs(batch.X, batch.mask, layer)
-            A.mul_(batch.mask[:, None, :, None].to(A.dtype))  # drop padding query rows
-            trt[batch.start : batch.stop, l] = diagonal_sums(A, offsets).double().cpu().numpy()
+            trt[batch.start : batch.stop, l] = batch_trt(batch, weights.layers[l], offsets)
     return trt
 
 
@@ -226,12 +263,12 @@ def trt_table(trt: np.ndarray, offsets: list[int]) -> pd.DataFrame:
     return table
 
 
-def mean_trt(result: ScanResult) -> np.ndarray:
+def mean_trt(result: PassResult) -> np.ndarray:
     """tr_t(A) averaged over sequences.  [L, H, T]"""
     return result.trt.mean(axis=0)
 
 
-def spectra_table(result: ScanResult) -> pd.DataFrame:
+def spectra_table(result: PassResult) -> pd.DataFrame:
     """`layer source frequency cycles_per_token amplitude`, source X, Q or K."""
     frames = []
     for source, values in (
@@ -248,7 +285,7 @@ def spectra_table(result: ScanResult) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def shifts_table(result: ScanResult) -> pd.DataFrame:
+def shifts_table(result: PassResult) -> pd.DataFrame:
     """Per head and eigenvalue of R_rank: the frequency f != 0 where g(f, theta) of Q p_i is
     largest, its amplitude, and Delta = window * theta / (2 pi f).
     `layer head index theta modulus frequency amplitude delta`."""
@@ -270,7 +307,7 @@ def shifts_table(result: ScanResult) -> pd.DataFrame:
     return table
 
 
-def g_map_table(result: ScanResult, heads: list[tuple[int, int]]) -> pd.DataFrame:
+def g_map_table(result: PassResult, heads: list[tuple[int, int]]) -> pd.DataFrame:
     """g(f, theta) for the selected heads at positive frequencies f = 1..window // 2 (the
     conjugate eigenvalue carries the mirror image): `layer head wave index theta modulus
     frequency amplitude delta positions`, wave Q (Q p_i) or K (K p_i), positions = window."""
@@ -296,7 +333,7 @@ def g_map_table(result: ScanResult, heads: list[tuple[int, int]]) -> pd.DataFram
     return pd.concat(frames, ignore_index=True)
 
 
-def xcorr_table(result: ScanResult, heads: list[tuple[int, int]]) -> pd.DataFrame:
+def xcorr_table(result: PassResult, heads: list[tuple[int, int]]) -> pd.DataFrame:
     """`layer head column singular_value t xcov xcorr` (means over sequences) for the selected
     heads; column j = 1..r in descending singular-value order."""
     frames = []
@@ -312,7 +349,7 @@ def xcorr_table(result: ScanResult, heads: list[tuple[int, int]]) -> pd.DataFram
     return pd.concat(frames, ignore_index=True)
 
 
-def xcov_sum_table(result: ScanResult) -> pd.DataFrame:
+def xcov_sum_table(result: PassResult) -> pd.DataFrame:
     """`layer head t sum_s_xcov trt_qsk abs_residual`: sum_j s_j xcov_j(t) against
     tr_t(Q S K^T), both averaged over sequences, every head."""
     L, H, X = result.trt_qsk.shape
@@ -324,7 +361,7 @@ def xcov_sum_table(result: ScanResult) -> pd.DataFrame:
     return table
 
 
-def identity_table(result: ScanResult) -> pd.DataFrame:
+def identity_table(result: PassResult) -> pd.DataFrame:
     """`layer head identity max_abs_residual max_abs_value`, over every sequence (and pair of
     real tokens, or offset t), for XWAXT=QSKT and sum_s_xcov=trt_QSKT."""
     frames = []

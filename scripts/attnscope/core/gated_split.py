@@ -37,7 +37,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from attnscope.analyses.mixing.activation_split import derivative
+from attnscope.core.activation_split import derivative
 
 Activation = Callable[[torch.Tensor], torch.Tensor]
 HALVINGS, NODES = 12, 12  # Gauss-Legendre panels [0, 2^-12], ..., [1/2, 1]: 156 points

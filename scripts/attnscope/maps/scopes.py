@@ -11,3 +11,4 @@ VECTOR_SCOPES = (
 )
 WEIGHT_SCOPES = ("Attn-w", "AttnRes-w")
 SCOPES = ("Attn-w", "Attn", "AttnRes-w", "AttnRes", *VECTOR_SCOPES[2:])
+PROPAGATED = "Propagated"  # the decomposition carried through the depth (maps.propagation)

@@ -25,15 +25,15 @@ from collections.abc import Callable
 
 import torch
 
-from attnscope.analyses.mixing.corpus import COMPLETENESS
-from attnscope.analyses.mixing.layer_decomposition import (
+from attnscope.architectures import architecture
+from attnscope.core.canonical import CanonicalModel
+from attnscope.maps.layer_decomposition import (
     Carried,
     closing_layer_norm,
     layer_stages,
     reference_outputs,
 )
-from attnscope.architectures import architecture
-from attnscope.core.canonical import CanonicalModel
+from attnscope.maps.layer_maps import COMPLETENESS
 
 
 def carried_scope(pre_ln: bool) -> str:

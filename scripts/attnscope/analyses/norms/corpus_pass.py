@@ -18,9 +18,7 @@ import torch
 
 from attnscope.analyses.norms.sinks import sink_rows
 from attnscope.analyses.norms.statistics import NormsAccumulator
-from attnscope.analyses.norms.summed_norms import head_summed_norms
 from attnscope.architectures import architecture
-from attnscope.core import checks
 from attnscope.core.attention import (
     attention_input,
     attention_output,
@@ -29,10 +27,12 @@ from attnscope.core.attention import (
     visible_pairs,
 )
 from attnscope.core.canonical import CanonicalModel
+from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
+from attnscope.maps.head_norms import head_summed_norms
 
 
-def analyse_corpus(
+def corpus_pass(
     store: HiddenStates,
     weights: CanonicalModel,
     model,
@@ -54,38 +54,30 @@ def analyse_corpus(
     other shards'.
 
     Writes `maps/{l}` [N, L, L] (l 1-based; rows query i, columns key j; 0 where the pair
-    does not count) into the open HDF5 file `maps`, batch by batch. The first batch of every
-    layer is checked against the module's own output (`Architecture.attention_output`); a
-    relative residual above `max_rel_residual` raises `checks.CheckError`.
+    does not count) into the open HDF5 file `maps`, batch by batch. Every batch's
+    sum_h sum_j alpha f(x) + b_O is checked against the module's own output
+    (`Architecture.attention_output`); a relative residual above `max_rel_residual` raises
+    `checks.CheckError`. The residual table has `checks.ResidualLog`'s columns.
     """
     acc = NormsAccumulator(weights.n_layers, weights.n_heads, sample_size, seed)
     maps.attrs["description"] = "||sum_h alpha^h_ij f^h(x_j)||; maps/{layer} [seq, query i, key j]"
     maps.attrs["layers"] = "1-based"
     N, L = store.n_sequences, store.length
     module_output = architecture(model.config.model_type).attention_output
-    residuals = []
+    residuals = ResidualLog(max_rel_residual, log, "norms")
     layers = range(weights.n_layers) if layers is None else layers
     for l in layers:
         layer = weights.layers[l]
         dataset = maps.create_dataset(
             f"maps/{l + 1}", (N, L, L), dtype=maps_dtype, chunks=(1, L, L)
         )
-        for k, batch in enumerate(store.batches(l, batch_size, device)):
+        for batch in store.batches(l, batch_size, device):
             with torch.no_grad():
                 alpha = attention_probs(batch.X, batch.mask, layer)
                 fx = value_vectors(batch.X, layer)
-                if k == 0:
-                    y = attention_output(alpha, fx, layer)
-                    y_real = module_output(model, l, batch.X, batch.mask)
-                    max_abs, max_rel = checks.residual(y, y_real, batch.mask)
-                    residuals.append((l + 1, int(batch.mask.sum()), max_abs, max_rel))
-                    if log:
-                        log.info("layer %d: residual abs %.3g rel %.3g", l + 1, max_abs, max_rel)
-                    checks.require(
-                        f"layer {l + 1}: attention decomposition vs module (relative)",
-                        max_rel,
-                        max_rel_residual,
-                    )
+                y = attention_output(alpha, fx, layer)
+                y_real = module_output(model, l, batch.X, batch.mask)
+                residuals.add(l + 1, "Attn", y, y_real, batch.mask)
                 x = attention_input(batch.X, layer)
                 acc.add_batch(l, x, alpha, fx, batch.mask, batch.category, layer.causal)
                 acc.sinks.add_batch(l, alpha, fx, batch.mask, sink_rows(batch.mask, layer))
@@ -97,7 +89,4 @@ def analyse_corpus(
     if weights.n_layers - 1 in layers:
         for batch in store.batches(weights.n_layers, batch_size, device):
             acc.massive.add_batch(weights.n_layers, batch.X, batch.mask)
-    residual = pd.DataFrame(
-        residuals, columns=["layer", "n_tokens", "max_abs_residual", "max_rel_residual"]
-    )
-    return acc, residual
+    return acc, residuals.table()

@@ -60,9 +60,9 @@ from dataclasses import dataclass
 
 import torch
 
-from attnscope.analyses.mixing.scopes import SCOPES, VECTOR_SCOPES, WEIGHT_SCOPES  # noqa: F401
 from attnscope.core.attention import attention_probs, through, value_vectors
 from attnscope.core.canonical import CanonicalLayer, CanonicalLayerNorm
+from attnscope.maps.scopes import SCOPES, VECTOR_SCOPES, WEIGHT_SCOPES  # noqa: F401
 
 FF_CHUNK_ELEMENTS = 2**22  # [B, n, chunk, d_ff] float32 pre-activation parts: <= 16 MiB (faster
 # than 64 MiB chunks at BERT-base shapes: benchmarks/bench_mixing.py)
