@@ -46,7 +46,7 @@ with (
             scopes=params.scopes,
             ig_steps=params.ig_steps,
             top_k=params.top_k,
-            max_rel_residual=params.max_rel_residual,
+            max_rel_residual=snakemake.config["analyses"]["mixing"]["max_rel_residual"],  # a bound
             device=loaded.device,
             log=log,
             prediction=prediction,

@@ -10,6 +10,7 @@
 import ast
 import importlib
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,23 @@ def test_no_family_imports_another_familys_modules(name):
     assert files
     crossing = {f.name: imported_families(f) - {name} for f in files}
     assert {f: names for f, names in crossing.items() if names} == {}
+
+
+CONFIG_READ = re.compile(r'config\["analyses"\]\["(\w+)"\]\["(\w+)"\]')
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_settings_read_across_families_are_declared(name):
+    """A family's rules and scripts read another family's settings only as declared in its
+    `Family.needs` (params: `settings`; scripts reading the config: `bounds`)."""
+    declared = {
+        (need.family, key)
+        for need in FAMILIES[name].needs
+        for key in (*need.settings, *need.bounds)
+    }
+    files = [ROOT / "rules" / f"{name}.smk", *(ROOT / "scripts").glob(f"{name}_*.py")]
+    read = {m.groups() for f in files for m in CONFIG_READ.finditer(f.read_text())}
+    assert {(family, key) for family, key in read if family != name} <= declared
 
 
 def test_the_import_check_finds_a_crossing(tmp_path):

@@ -16,6 +16,11 @@ import torch
 
 from attnscope.analyses.mixing.corpus_pass import corpus_pass as mixing_corpus
 from attnscope.analyses.norms.corpus_pass import corpus_pass as norms_corpus
+from attnscope.analyses.weights.head_distances import (
+    entries_columns,
+    head_distances,
+    head_distances_by_layer,
+)
 from attnscope.analyses.weights.statistics import attention_statistics
 from attnscope.architectures import canonical_weights
 from attnscope.core.store import HiddenStates
@@ -127,6 +132,27 @@ def test_analyses_on_the_streamed_model_equal_the_whole_models(tmp_path, family)
         assert want_maps and want_maps.keys() == got_maps.keys()
         for path, values in want_maps.items():
             np.testing.assert_array_equal(got_maps[path], values, err_msg=path)
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "gemma2"])
+def test_js_distances_walked_layer_by_layer_equal_the_batched_ones(tmp_path, family):
+    """The layer-streamed JS head distances (every layer's attention entries written to a
+    scratch dataset, then summed batch by batch) equal the whole model's, which hold one batch
+    of every layer at once, bit for bit, reading each of 4 layers once; batches of 3 over 4
+    sequences leave a short last batch."""
+    store, _, manifest = write_tiny_model_run(tmp_path, family, layers=4)
+    whole = open_model(manifest)
+    streamed = open_model(manifest, loading="layer-streamed")
+    with HiddenStates(store) as states:
+        want = head_distances(states, whole.weights, batch_size=3)
+        columns = entries_columns(states, 3, whole.weights.causal)
+        G = whole.weights.n_layers * whole.weights.n_heads
+        with h5py.File(tmp_path / "entries.h5", "w") as f:
+            entries = f.create_dataset("entries", (G, int(columns[-1])), "float32")
+            got = head_distances_by_layer(states, streamed.weights, 3, entries)
+    assert streamed.weights.layers.reads == 4 and len(columns) == 3
+    assert want.shape == (G, G) and want.max() > 0
+    np.testing.assert_array_equal(got, want)
 
 
 def datasets(path: Path) -> dict[str, np.ndarray]:

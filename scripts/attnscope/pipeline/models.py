@@ -228,6 +228,7 @@ class LoadedModel:
     device: str
     model: object
     weights: CanonicalModel
+    route: str = "whole-model"  # or layer-streamed (`layer_stream.loading_route`)
 
 
 def cuda_visible() -> bool | None:
@@ -323,7 +324,7 @@ def open_model(
         from attnscope.pipeline.streamed_weights import streamed_model
 
         release_freed_memory()
-        return LoadedModel(manifest, device, *streamed_model(manifest["path"], device))
+        return LoadedModel(manifest, device, *streamed_model(manifest["path"], device), route)
     head = manifest.get("lm_head") if with_head else None
     model = load_model(manifest["path"], device, head=head, dtype=dtype)
     return LoadedModel(manifest, device, model, canonical_weights(model))

@@ -51,13 +51,17 @@ class Needs:
 
     family    the other family's name
     settings  keys of the other family's config block, passed to the jobs as params of the
-              same names (views read mixing's contrast and max_rel_residual)
+              same names, so that changing one reruns them (views read mixing's contrast)
+    bounds    keys of the other family's config block that the jobs' scripts read from the
+              config: check bounds, which change no result and so rerun nothing (views read
+              mixing's max_rel_residual)
     tables    own settings -> the other family's corpus tables the jobs read, for the same
               model and corpus (probing reads mixing's maps.h5 when its sources name scopes)
     """
 
     family: str
     settings: tuple[str, ...] = ()
+    bounds: tuple[str, ...] = ()
     tables: Callable[[dict], tuple[str, ...]] = lambda settings: ()
 
 

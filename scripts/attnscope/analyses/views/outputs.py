@@ -20,5 +20,5 @@ FAMILY = Family(
     problems=problems,
     folder=True,
     # the prediction row's contrast and the decomposition's bound are the mixing family's
-    needs=(Needs("mixing", settings=("contrast", "max_rel_residual")),),
+    needs=(Needs("mixing", settings=("contrast",), bounds=("max_rel_residual",)),),
 )

@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import math
 
+import h5py
 import numpy as np
 import pandas as pd
 import torch
 
 from attnscope.core.attention import attention_probs, visible_pairs
 from attnscope.core.canonical import CanonicalModel
-from attnscope.core.store import HiddenStates
+from attnscope.core.store import HiddenStates, batch_spans
 from attnscope.core.tables import indexed_table
 
 JS_SMOOTHING = 1e-3
@@ -107,6 +108,50 @@ def head_distances(
             total += js_sums(smoothed_entries(alpha, mask, weights.causal))
         if log is not None:
             log.info("JS distances: %d sequences done", batches[0].stop)
+    return total.cpu().numpy()
+
+
+def entries_columns(store: HiddenStates, batch_size: int, causal: bool, limit=None) -> np.ndarray:
+    """Where each batch's visible entries start in a [G, V] array of all batches: offsets
+    [batches + 1], the last one V (`smoothed_entries` orders them as `visible_pairs`)."""
+    counts = [
+        int(
+            visible_pairs(
+                torch.from_numpy(store.attention_mask[start:stop, :n].astype(np.int64)), causal
+            ).sum()
+        )
+        for start, stop, n in batch_spans(store.lengths, batch_size, limit)
+    ]
+    return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+
+
+def head_distances_by_layer(
+    store: HiddenStates,
+    weights: CanonicalModel,
+    batch_size: int,
+    entries: h5py.Dataset,
+    device: str = "cpu",
+    limit: int | None = None,
+    log=None,
+) -> np.ndarray:
+    """`head_distances`, the layers walked in order (the layer-streamed route: one layer's
+    weights in memory): every layer's smoothed entries of every batch are written to
+    `entries` (float32 [L*H, V], columns as `entries_columns`), then each batch's columns of
+    all heads are read back and summed by `js_sums`, exactly as `head_distances` sums them."""
+    H, G = weights.n_heads, weights.n_layers * weights.n_heads
+    columns = entries_columns(store, batch_size, weights.causal, limit)
+    for l, layer in enumerate(weights.layers):
+        for k, batch in enumerate(store.batches(l, batch_size, device, limit)):
+            with torch.no_grad():
+                alpha = attention_probs(batch.X, batch.mask, layer).transpose(0, 1)
+                block = smoothed_entries(alpha, batch.mask, weights.causal)
+            entries[l * H : (l + 1) * H, columns[k] : columns[k + 1]] = block.cpu().numpy()
+        if log is not None:
+            log.info("JS distances: layer %d's attention written", l + 1)
+    total = torch.zeros(G, G, dtype=torch.float64, device=device)
+    for k in range(len(columns) - 1):
+        block = torch.from_numpy(entries[:, columns[k] : columns[k + 1]]).to(device)
+        total += js_sums(block)
     return total.cpu().numpy()
 
 
