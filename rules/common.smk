@@ -1,7 +1,6 @@
 # Helpers shared by every .smk file: config checks, look-ups, input functions and targets.
 # All functions live here: `snakemake --lint` asks that files of rules hold no functions.
 from attnscope.data.corpora import KINDS as CORPUS_KINDS  # noqa: E402
-from attnscope.data.datasets import files_for_kind  # noqa: E402
 from attnscope.pipeline.config_checks import check_config  # noqa: E402
 from attnscope.pipeline.models import local_model_files  # noqa: E402
 from attnscope.pipeline.outputs import families, figure_paths  # noqa: E402
@@ -54,7 +53,7 @@ def corpus_data_files(wildcards):
     settings = config["corpora"][wildcards.corpus]
     own = CORPUS_KINDS[settings["kind"]].own_files(settings)
     return own + [
-        f"resources/data/{f.relpath}" for f in files_for_kind(settings["kind"])
+        f"resources/data/{f.relpath}" for f in CORPUS_KINDS[settings["kind"]].data_files
     ]
 
 

@@ -4,11 +4,12 @@ model per batch or one layer at a time (`loading` setting)."""
 import sys
 
 from attnscope.pipeline import runlog
-from attnscope.pipeline.extract import extract, extract_streamed, manifest_attrs
+from attnscope.pipeline.extract import extract, extract_streamed
 from attnscope.pipeline.layer_stream import loading_route
 from attnscope.pipeline.models import (
     check_compute_dtype,
     check_model_unchanged,
+    manifest_attrs,
     open_model,
     pick_device,
     read_manifest,

@@ -8,9 +8,13 @@ from attnscope.architectures import load_model
 from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates
 from attnscope.pipeline import runlog
-from attnscope.pipeline.extract import check_store_weights
 from attnscope.pipeline.layer_stream import loading_route
-from attnscope.pipeline.models import check_model_unchanged, pick_device, read_manifest
+from attnscope.pipeline.models import (
+    check_model_unchanged,
+    check_store_weights,
+    pick_device,
+    read_manifest,
+)
 
 log = runlog.start(snakemake)
 params = snakemake.params

@@ -222,8 +222,8 @@ def write_tiny_model_run(
     """(hidden_states.h5, model, manifest.json) as the workflow leaves them for a rule script:
     the tiny model saved as a folder with a tokenizer file, its manifest, and states made with
     the manifest's weights hash. A saved tokenizer in `tmp_path / "model"` is kept."""
-    from attnscope.pipeline.extract import extract, manifest_attrs
-    from attnscope.pipeline.models import build_manifest, write_manifest
+    from attnscope.pipeline.extract import extract
+    from attnscope.pipeline.models import build_manifest, manifest_attrs, write_manifest
 
     model = tiny_model(family, head=head, layers=layers)
     folder = tmp_path / "model"

@@ -129,8 +129,7 @@ def test_jobs_refuse_model_files_changed_after_acquisition(tmp_path):
 def test_jobs_refuse_states_made_with_other_weights(tmp_path):
     """hidden_states.h5 carries the hash of the weights it was made with; a manifest of other
     weights is refused with the rule to rerun."""
-    from attnscope.pipeline.extract import check_store_weights
-    from attnscope.pipeline.models import read_manifest
+    from attnscope.pipeline.models import check_store_weights, read_manifest
 
     store, _, path = write_tiny_model_run(tmp_path, "bert")
     manifest = read_manifest(path)

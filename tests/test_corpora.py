@@ -19,14 +19,13 @@ from attnscope.core.files import sha256_of
 from attnscope.core.store import read_meta, write_encoded
 from attnscope.core.tokens import CLS, PAD, SEP, special_ids
 from attnscope.data.corpora import KINDS, encode_corpus
-from attnscope.data.datasets import files_for_kind
 
 ROOT = Path(__file__).parents[1]
 MIRROR = Path(os.environ.get("ATTNSCOPE_MIRROR", "/work/shared/data"))
 
 
 def data(kind: str) -> list[str]:
-    files = [MIRROR / f.relpath for f in files_for_kind(kind)]
+    files = [MIRROR / f.relpath for f in KINDS[kind].data_files]
     if not all(f.is_file() for f in files):
         pytest.skip(f"data for {kind} not in the mirror folder {MIRROR} (set ATTNSCOPE_MIRROR)")
     return [str(f) for f in files]
@@ -414,7 +413,7 @@ def test_a_kind_reads_its_own_setting():
     assert KINDS["clark"].own_files({"path": "mine.json"}) == ["mine.json"]
     assert KINDS["clark"].own_files({}) == []
     assert KINDS["texts"].own_files({"texts": ["A cat."]}) == []
-    assert [f.relpath for f in files_for_kind("wiki")] == [
+    assert [f.relpath for f in KINDS["wiki"].data_files] == [
         "wikitext-2/valid.txt",
         "wikitext-2/test.txt",
     ]
@@ -427,8 +426,8 @@ def test_the_registry_imports_without_numpy():
     import sys
 
     code = (
-        "import sys\nfrom attnscope.data.datasets import files_for_kind\n"
-        "from attnscope.pipeline.config_checks import check_config\nfiles_for_kind('ewt')\n"
+        "import sys\nfrom attnscope.data.corpora import KINDS\n"
+        "from attnscope.pipeline.config_checks import check_config\nKINDS['ewt'].data_files\n"
         "heavy = {'numpy', 'conllu', 'torch', 'h5py'} & set(sys.modules)\n"
         "assert not heavy, heavy"
     )

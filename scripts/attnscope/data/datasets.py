@@ -85,13 +85,6 @@ class ChecksumError(RuntimeError):
     """A data file's SHA-256 differs from the pinned one."""
 
 
-def files_for_kind(kind: str) -> list[DataFile]:
-    """The pinned files corpus kind `kind` is built from, in reading order (none: clark, texts)."""
-    from attnscope.data.corpora import KINDS  # the registry, which imports this module
-
-    return list(KINDS[kind].data_files)
-
-
 def acquire(relpath: str, destination: str | Path, mirror: str = "") -> str:
     """Fetch one data file into `destination`, verified; returns where it came from.
 

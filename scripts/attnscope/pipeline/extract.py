@@ -6,7 +6,6 @@ into the HDF5 datasets, so memory does not grow with the corpus size.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import json
 import queue
@@ -256,29 +255,3 @@ def extract_streamed(
 def summary(arrays: dict, config) -> dict:
     n_seq, length = arrays["input_ids"].shape
     return {"sequences": n_seq, "length": length, "layers": config.num_hidden_layers}
-
-
-def manifest_attrs(manifest: dict) -> dict:
-    """Store attributes that tie hidden states to the exact model they came from."""
-    weights = json.dumps(manifest["weights_sha256"], sort_keys=True)
-    return {
-        "model_name": manifest["name"],
-        "model_id": manifest["id"],
-        "model_revision": manifest["revision"],
-        "model_type": manifest["model_type"],
-        "weights_sha256": hashlib.sha256(weights.encode()).hexdigest(),
-    }
-
-
-def check_store_weights(path: str | Path, manifest: dict) -> None:
-    """Raise ModelChangedError when the hidden states at `path` were made with other weights
-    than the manifest's (the model changed after extraction)."""
-    from attnscope.pipeline.models import ModelChangedError
-
-    with open_store(path) as store:
-        stored = store.attrs.get("weights_sha256")
-    if stored != manifest_attrs(manifest)["weights_sha256"]:
-        raise ModelChangedError(
-            f"{path} was made with other weights than model {manifest['name']!r} has now "
-            f"({manifest['path']}); `snakemake --forcerun extract_hidden_states` rebuilds them"
-        )

@@ -9,6 +9,7 @@ Sources (config `models:`):
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import importlib.util
 import json
@@ -308,7 +309,6 @@ def open_model(
     Refuses (ModelChangedError) model files that differ from the manifest, and, given the
     `hidden_states` store the job reads, states made with other weights than the manifest's.
     """
-    from attnscope.pipeline.extract import check_store_weights
     from attnscope.pipeline.layer_stream import loading_route
 
     manifest = read_manifest(manifest_path)
@@ -328,3 +328,29 @@ def open_model(
     head = manifest.get("lm_head") if with_head else None
     model = load_model(manifest["path"], device, head=head, dtype=dtype)
     return LoadedModel(manifest, device, model, canonical_weights(model))
+
+
+def manifest_attrs(manifest: dict) -> dict:
+    """Store attributes that tie hidden states to the exact model they came from."""
+    weights = json.dumps(manifest["weights_sha256"], sort_keys=True)
+    return {
+        "model_name": manifest["name"],
+        "model_id": manifest["id"],
+        "model_revision": manifest["revision"],
+        "model_type": manifest["model_type"],
+        "weights_sha256": hashlib.sha256(weights.encode()).hexdigest(),
+    }
+
+
+def check_store_weights(path: str | Path, manifest: dict) -> None:
+    """Raise ModelChangedError when the hidden states at `path` were made with other weights
+    than the manifest's (the model changed after extraction)."""
+    from attnscope.core.store import open_store  # h5py: not in the workflow's environment
+
+    with open_store(path) as store:
+        stored = store.attrs.get("weights_sha256")
+    if stored != manifest_attrs(manifest)["weights_sha256"]:
+        raise ModelChangedError(
+            f"{path} was made with other weights than model {manifest['name']!r} has now "
+            f"({manifest['path']}); `snakemake --forcerun extract_hidden_states` rebuilds them"
+        )
