@@ -7,7 +7,7 @@
     parts.maps["AttnResLnFf"]                          # [L, n, n] ||z_ij||, the whole layer
 
 A text is a string (one segment) or a list of two strings (sentence A, sentence B), laid out
-as in every corpus (`data/corpora.py`, kind `texts`). Each call encodes its texts and extracts
+as in every corpus (`data/corpora/texts.py`). Each call encodes its texts and extracts
 their hidden states into a temporary store, then runs the same code as the rules on it:
 `analyses/views/payload.sequence_page`, `maps/layer_maps.layer_scope_maps`,
 `maps/propagation.propagate`, `maps/head_norms` and `analyses/weights/statistics`.

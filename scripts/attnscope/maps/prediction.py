@@ -29,6 +29,8 @@ from attnscope.maps.layer_decomposition import layer_norm_parts
 from attnscope.maps.propagation import Carried
 
 BIAS_SOURCE = -1  # the `source` of the bias rows in prediction.tsv
+LOGIT = "Logit"  # the check stages of the attribution
+CONTRAST = "LogitDifference"
 
 
 def prediction_positions(
@@ -137,10 +139,6 @@ def contrast_ids(tokenizer, contrast: list[str]) -> tuple[int, int] | None:
             )
         ids.append(pieces[0])
     return ids[0], ids[1]
-
-
-LOGIT = "Logit"
-CONTRAST = "LogitDifference"
 
 
 @dataclass
