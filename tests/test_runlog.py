@@ -44,10 +44,13 @@ def page_faults(mode: str) -> int:
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
 def test_a_rule_jobs_forward_passes_reuse_freed_memory():
     state_pages = (LAYERS + 1) * BATCH * LENGTH * WIDTH * 4 // 4096  # one batch's hidden states
-    default, rule_job = page_faults("plain"), page_faults("rule-job")
+    default = page_faults("plain")
     # glibc's default hands freed activations back to the system and faults them in again ...
     assert default >= 5 * state_pages // 2
-    # ... a rule job's process reuses them: five batches fault in less than one batch's states
-    # (the fewer of two runs: one CI run on a busy machine counted 1.14 batches, quiet 0.43)
-    rule_job = min(rule_job, page_faults("rule-job"))
-    assert rule_job < state_pages
+    # ... a rule job's process reuses them. Which freed block a batch reuses varies from run to
+    # run (2 to 13,826 faults in 18 runs here, 10,754 twice in one CI run), so the bound is
+    # fewer than two of the five batches' states, on the fewest of three runs, and a quarter
+    # of the plain loop's faults (130,402 to 280,514 in 3 runs).
+    rule_job = min(page_faults("rule-job") for _ in range(3))
+    assert rule_job < 2 * state_pages
+    assert 4 * rule_job < default
