@@ -14,7 +14,10 @@ shapes   llama-1b, llama-3b, llama-8b: Llama-3.2-1B, Llama-3.2-3B and Llama-3.1-
          minilm: the embedded MiniLM's real weights (nothing written)
 routes   streamed (`extract_streamed`, `streamed_model`) for every shape; whole (the bare model
          loaded in float32) for the shapes given to --whole (the model must fit in memory)
-steps    extract, norms (the norm-based analysis), mixing (whole-layer mixing, exact FF split)
+steps    extract, norms (the norm-based analysis), mixing (whole-layer mixing, exact FF split),
+         propagate (the decomposition through the whole depth to the prediction's attribution,
+         exact FF split, no rollouts; the causal LM head: the streamed route reads the head
+         alone, the whole route loads the model with it)
 --compute-dtype  the extraction's forward type (float32, bfloat16, float16; analyses: float32)
 
 Run: .venv/bin/python benchmarks/bench_scale.py [--shapes llama-1b llama-3b llama-8b]
@@ -151,14 +154,16 @@ RUN = """
 import sys, time
 sys.path.insert(0, {scripts!r})
 import h5py, torch
-from transformers import AutoModel
+from transformers import AutoModel, AutoModelForCausalLM
 from attnscope.analyses.mixing.corpus_pass import corpus_pass as mixing
+from attnscope.analyses.mixing.depth_pass import depth_pass
 from attnscope.analyses.norms.corpus_pass import corpus_pass as norms
-from attnscope.architectures import canonical_weights
+from attnscope.architectures import canonical_weights, prediction_head
 from attnscope.core.store import HiddenStates
 from attnscope.pipeline import runlog
 from attnscope.pipeline.extract import extract, extract_streamed
-from attnscope.pipeline.streamed_weights import streamed_model
+from attnscope.maps.prediction import Prediction
+from attnscope.pipeline.streamed_weights import streamed_head, streamed_model
 folder, encoded, states, step, route, device, compute = sys.argv[1:8]
 runlog.keep_freed_memory()  # the allocator settings of the rule jobs (runlog.start, open_model)
 if route == "streamed":
@@ -173,18 +178,27 @@ if step == "extract":
         model = AutoModel.from_pretrained(folder, dtype=dtype, attn_implementation="eager")
         extract(model.to(device), encoded, states, **run)
 else:
+    head, whole = None, None
     if route == "streamed":
         model, weights = streamed_model(folder, device)
+        if step == "propagate":
+            head = streamed_head(folder, "causal", device)
     else:
-        model = AutoModel.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
-        model = model.to(device).eval()
+        task = AutoModelForCausalLM if step == "propagate" else AutoModel
+        model = task.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
+        model = whole = model.to(device).eval()
         weights = canonical_weights(model)
+        head = prediction_head(model) if step == "propagate" else None
     with HiddenStates(states) as store, h5py.File(states + f"-{{step}}.h5", "w") as maps:
         common = dict(batch_size=4, device=device, max_rel_residual=1e-3, log=None)
         if step == "norms":
             norms(store, weights, model, maps, sample_size=100000, seed=0, **common)
-        else:
+        elif step == "mixing":
             mixing(store, weights, model, maps, ig_steps=0, maps_dtype="float16", **common)
+        else:
+            prediction = Prediction(head, None, None, str, whole)
+            depth_pass(store, weights, model, maps, maps, prediction, ig_steps=0,
+                       maps_dtype="float16", rollout_scopes=(), **common)
 seconds = time.perf_counter() - start
 peak = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0])
 print(seconds, peak)

@@ -19,9 +19,12 @@ loaded = open_model(
     log,
     hidden_states=snakemake.input.hidden_states,
     with_head=True,
+    loading=snakemake.config["loading"],
 )
 tokenizer = AutoTokenizer.from_pretrained(loaded.manifest["path"])
-prediction = Prediction.of(loaded.model, loaded.manifest, tokenizer, params.contrast)
+prediction = Prediction.of(
+    loaded.head, loaded.manifest, tokenizer, params.contrast, loaded.whole_model
+)
 log.info("prediction head: %s", "none" if prediction.head is None else loaded.manifest["lm_head"])
 with (
     HiddenStates(snakemake.input.hidden_states) as store,

@@ -19,9 +19,12 @@ loaded = open_model(
     log,
     hidden_states=snakemake.input.hidden_states,
     with_head=params.scopes,  # the prediction row comes with the propagated scope
+    loading=snakemake.config["loading"],
 )
 tokenizer = AutoTokenizer.from_pretrained(loaded.manifest["path"])
-prediction = Prediction.of(loaded.model, loaded.manifest, tokenizer, params.contrast)
+prediction = Prediction.of(
+    loaded.head, loaded.manifest, tokenizer, params.contrast, loaded.whole_model
+)
 with (
     HiddenStates(snakemake.input.hidden_states) as store,
     atomic_folder(snakemake.output[0]) as out,

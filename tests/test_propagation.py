@@ -209,6 +209,7 @@ def run_depth(tmp_path, family: str, head: bool = True, mask_token_id: int | Non
         mask_token_id=mask_token_id if family in ENCODERS else None,
         contrast=(7, 9),
         token_of=lambda t: f"t{t}",
+        model=model,
     )
     scopes = ("AttnRes-w", "AttnResLn", carried_scope(weights.layers[0].pre_ln))
     with (

@@ -91,7 +91,7 @@ def run_analyses(store: Path, model, weights, out: Path) -> dict:
         )  # fmt: skip
     with HiddenStates(store) as states, h5py.File(out / "mixing.h5", "w") as maps:
         mixing = mixing_corpus(
-            states, weights, model, maps, batch_size=3, device="cpu", ig_steps=8,
+            states, weights, model, maps, batch_size=3, device="cpu", ig_steps=0,
             max_rel_residual=1e-2, maps_dtype="float32",
         )  # fmt: skip
     with HiddenStates(store) as states:
@@ -247,3 +247,86 @@ def test_streamed_analyses_peak_memory_does_not_grow_with_depth(tmp_path):
     layer_mib = 7.1e6 * 4 / 2**20  # one BERT-base layer's float32 weights
     assert peaks[16, "streamed"] - peaks[4, "streamed"] < layer_mib, peaks
     assert peaks[16, "whole"] - peaks[4, "whole"] > 10 * layer_mib, peaks
+
+
+def headed_run(tmp_path, family: str, loaded, name: str, batch_size: int = 3):
+    """(depth_pass result, propagated.h5 datasets, views page of sequence 1) of one route."""
+    from attnscope.analyses.mixing.depth_pass import depth_pass
+    from attnscope.analyses.views.payload import sequence_page
+    from attnscope.core.store import atomic_h5
+    from attnscope.maps.prediction import Prediction
+    from attnscope.maps.propagation import carried_scope
+
+    store = next(tmp_path.glob("*-hidden_states.h5"))
+    prediction = Prediction(
+        head=loaded.head,
+        mask_token_id=4 if family in ("bert", "roberta") else None,  # id 4: every row's piece 3
+        contrast=(7, 9),
+        token_of=str,
+        model=loaded.whole_model,
+    )
+    settings = dict(batch_size=batch_size, device="cpu", ig_steps=0, max_rel_residual=1e-4)
+    scopes = ("AttnRes-w", carried_scope(loaded.weights.outline[0].pre_ln))
+    with (
+        HiddenStates(store) as states,
+        h5py.File(tmp_path / "whole" / "mixing.h5", "r") as maps,
+        atomic_h5(tmp_path / name / "propagated.h5") as out,
+    ):
+        result = depth_pass(
+            states, loaded.weights, loaded.model, out, maps, prediction,
+            maps_dtype="float32", rollout_scopes=scopes, **settings,
+        )  # fmt: skip
+        page = sequence_page(
+            states, 1, loaded.weights, loaded.model, Tokens(),
+            scopes=True, ig_steps=0, top_k=5, max_rel_residual=1e-4, prediction=prediction,
+        )  # fmt: skip
+    return result, datasets(tmp_path / name / "propagated.h5"), page
+
+
+class Tokens:
+    """A stand-in tokenizer for the page's labels: piece ids as strings."""
+
+    def convert_ids_to_tokens(self, ids):
+        return [f"t{i}" for i in ids]
+
+    def convert_tokens_to_string(self, tokens):
+        return " ".join(tokens)
+
+
+@pytest.mark.parametrize(
+    "family,head", [("bert", "mlm"), ("gpt2", "causal"), ("llama", "causal"), ("gemma2", "causal")]
+)
+def test_propagation_and_views_on_the_streamed_model_equal_the_whole_models(tmp_path, family, head):
+    """The decomposition through the whole depth, its rollouts, the prediction's attribution
+    (checked against the head on the stored X_L when streamed, the model's forward when
+    whole) and the views page agree on both routes; the streamed pass reads every layer once
+    per batch and holds the LM head, not the model."""
+    store, model, manifest = write_tiny_model_run(tmp_path, family, layers=3, head=head)
+    whole = open_model(manifest, with_head=True)
+    streamed = open_model(manifest, with_head=True, loading="layer-streamed")
+    assert whole.head is not None and streamed.head is not None
+    assert streamed.whole_model is None and whole.whole_model is whole.model
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "streamed").mkdir()
+    with HiddenStates(store) as states, h5py.File(tmp_path / "whole" / "mixing.h5", "w") as maps:
+        mixing_corpus(
+            states, whole.weights, whole.model, maps, batch_size=3, device="cpu", ig_steps=0,
+            max_rel_residual=1e-4, maps_dtype="float32",
+        )  # fmt: skip
+    want, want_maps, want_page = headed_run(tmp_path, family, whole, "whole")
+    reads = streamed.weights.layers.reads
+    got, got_maps, got_page = headed_run(tmp_path, family, streamed, "streamed")
+    batches, pages = 2, 1  # 4 sequences in batches of 3; the page walks the depth twice
+    assert streamed.weights.layers.reads - reads == 3 * (batches + 2 * pages)
+    assert want_maps.keys() == got_maps.keys() and len(want_maps) == 3 + 1  # + bias_norm
+    for path, values in want_maps.items():
+        np.testing.assert_array_equal(got_maps[path], values, err_msg=path)
+    assert len(want.prediction) > 0 and "status" not in want.prediction
+    for name in ("mixing", "rollout", "prediction", "check"):
+        table, other = getattr(want, name), getattr(got, name)
+        assert not table.empty, name
+        pd.testing.assert_frame_equal(other, table, check_exact=False, rtol=1e-5, atol=1e-6)
+    assert want_page.arrays.keys() == got_page.arrays.keys()
+    assert "prediction/logit" in want_page.arrays
+    for key, values in want_page.arrays.items():
+        np.testing.assert_allclose(got_page.arrays[key], values, rtol=1e-5, atol=1e-6, err_msg=key)

@@ -55,6 +55,7 @@ def build_page(tmp_path, family: str, scopes: bool = True, length: int = 16, hea
         mask_token_id=MASK_ID if kind == "mlm" else None,
         contrast=CONTRAST,
         token_of=tokenizer.convert_ids_to_tokens,
+        model=model,
     )
     with HiddenStates(store_path) as store:
         page = sequence_page(

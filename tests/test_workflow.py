@@ -373,8 +373,9 @@ def test_the_device_alone_reruns_nothing(tiny_run):
 def test_layer_streamed_loading_gives_the_whole_models_results(tiny_run, tmp_path):
     """`loading: layer-streamed` (the route for models larger than memory), run in a fresh
     folder: extraction layer by layer, every per-layer analysis reading one layer's weights
-    at a time (the JS head distances walking the layers in order) and the gradient analysis's
-    layerwise backward give every table and map the
+    at a time (the JS head distances walking the layers in order), the gradient analysis's
+    layerwise backward, and the decomposition through the whole depth and the views reading
+    each layer per batch with the LM head alone held give every table and map the
     whole-model run gave (tools/compare_results.py, relative tolerance 1e-5; only the config
     snapshot differs), and, like `device`, the setting reruns nothing."""
     workdir, config = tiny_run
@@ -386,7 +387,7 @@ def test_layer_streamed_loading_gives_the_whole_models_results(tiny_run, tmp_pat
     assert "extraction route: layer-streamed" in (tmp_path / extraction).read_text()
     assert "extraction route: whole-model" in (workdir / extraction).read_text()  # auto, tiny
     streamed_rules = ("norms_compute", "mixing_compute", "weights_stats", "weights_distances")
-    for rule in (*streamed_rules, "position_corpus"):
+    for rule in (*streamed_rules, "position_corpus", "mixing_propagate", "views_pages"):
         found = list((tmp_path / "results/tiny").glob(f"*/logs/{rule}.log"))
         assert found and all("loading route: layer-streamed" in p.read_text() for p in found)
     gradients = (tmp_path / logs / "weights_gradients.log").read_text()

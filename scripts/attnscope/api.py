@@ -30,7 +30,7 @@ import torch
 from attnscope.analyses.views.page import render_page
 from attnscope.analyses.views.payload import sequence_page
 from attnscope.analyses.weights.statistics import attention_statistics
-from attnscope.architectures import canonical_weights, lm_head_kind, load_model
+from attnscope.architectures import canonical_weights, lm_head_kind, load_model, prediction_head
 from attnscope.core.attention import attention_probs, value_vectors, visible_pairs
 from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
@@ -124,7 +124,8 @@ class View:
 
 def _prediction(model: Model, contrast: list[str]) -> Prediction:
     manifest = {"lm_head": model.lm_head}
-    return Prediction.of(model.module, manifest, model.tokenizer, contrast)
+    head = prediction_head(model.module)
+    return Prediction.of(head, manifest, model.tokenizer, contrast, model.module)
 
 
 def view(

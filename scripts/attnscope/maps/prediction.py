@@ -8,8 +8,9 @@ Gradients like an FF block, and its LayerNorm) and the unembedding column of the
 
 with the soft-cap's factor k = softcap(z) / z (z the capped logit's input), which is what IG
 with a zero baseline gives for the scalar c tanh(z / c). Checked against the model's own
-logits. Where the logits are read: masked positions for a masked LM, each sequence's last
-real token (what comes next) for a causal LM.
+logits: a forward pass of the loaded model, or on the layer-streamed route (no model in
+memory) its head on the last state X_L. Where the logits are read: masked positions for a
+masked LM, each sequence's last real token (what comes next) for a causal LM.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from attnscope.architectures import architecture, prediction_head
+from attnscope.architectures import architecture
+from attnscope.core.attention import through
 from attnscope.core.canonical import CanonicalLayerNorm, CanonicalModel, PredictionHead
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
@@ -145,23 +147,40 @@ def contrast_ids(tokenizer, contrast: list[str]) -> tuple[int, int] | None:
 class Prediction:
     """What the prediction attribution needs: the model's head (None: no LM head), the mask
     token of a masked LM (None for a causal LM), and an optional (target, foil) pair of
-    token ids; `token_of` turns ids into token strings."""
+    token ids; `token_of` turns ids into token strings. `model`: the loaded model whose
+    forward gives the reference logits, or None on the layer-streamed route (the head on the
+    last state gives them)."""
 
     head: PredictionHead | None
     mask_token_id: int | None
     contrast: tuple[int, int] | None
     token_of: Callable[[int], str]
+    model: torch.nn.Module | None = None
 
     @classmethod
-    def of(cls, model, manifest: dict, tokenizer, contrast: list[str]) -> Prediction:
-        """What a model loaded with its head (`open_model(with_head=True)`) predicts, with
-        the `contrast` setting [target, foil] (empty: none)."""
+    def of(
+        cls, head: PredictionHead | None, manifest: dict, tokenizer, contrast: list[str], model
+    ) -> Prediction:
+        """What a model predicts with its `head` (`LoadedModel.head`), with the `contrast`
+        setting [target, foil] (empty: none); `model` as the field."""
         return cls(
-            head=prediction_head(model),
+            head=head,
             mask_token_id=tokenizer.mask_token_id if manifest["lm_head"] == "masked" else None,
             contrast=contrast_ids(tokenizer, contrast),
             token_of=tokenizer.convert_ids_to_tokens,
+            model=model,
         )
+
+
+def head_logits(
+    head: PredictionHead, final_ln: CanonicalLayerNorm | None, X: torch.Tensor
+) -> torch.Tensor:
+    """The language-model head's logits from the last state X_L [B, n, d].  [B, n, V]"""
+    h = through(final_ln, X)
+    if head.transform is not None:
+        h = through(head.ln, head.transform(h))
+    z = (h @ head.W_U + head.b_U) * head.multiplier
+    return z if head.softcap is None else torch.tanh(z / head.softcap) * head.softcap
 
 
 def model_logits(model, store: HiddenStates, batch) -> torch.Tensor:
@@ -177,6 +196,23 @@ def model_logits(model, store: HiddenStates, batch) -> torch.Tensor:
     )
     with torch.no_grad():
         return model(**inputs).logits.float()
+
+
+def reference_logits(
+    prediction: Prediction, weights: CanonicalModel, store: HiddenStates, batch, last: Carried
+) -> torch.Tensor:
+    """The logits [B, n, V] the attribution is checked against: the loaded model's forward,
+    or on the layer-streamed route the head on the stored X_L (on the carried total X_L where
+    the store is 16-bit, so that the check is the head's alone)."""
+    if prediction.model is not None:
+        return model_logits(prediction.model, store, batch)
+    n = batch.X.shape[1]
+    if store.exact:
+        X = store.batch(weights.n_layers, batch.start, batch.stop, n, str(batch.X.device)).X
+    else:
+        X = last.total()
+    with torch.no_grad():
+        return head_logits(prediction.head, weights.final_ln, X).float()
 
 
 @dataclass
@@ -195,7 +231,6 @@ class Attribution:
 
 
 def attribute(
-    model,
     weights: CanonicalModel,
     store: HiddenStates,
     batch,
@@ -213,7 +248,7 @@ def attribute(
         return None
     rows = torch.tensor([r for r, _ in where], device=batch.X.device)
     positions = torch.tensor([p for _, p in where], device=batch.X.device)
-    logits = model_logits(model, store, batch)[rows, positions]  # [P, V]
+    logits = reference_logits(prediction, weights, store, batch, carried)[rows, positions]
     columns = logits.argmax(-1, keepdim=True)
     if prediction.contrast is not None:
         pair = torch.tensor(prediction.contrast, device=logits.device)

@@ -22,8 +22,9 @@ from attnscope.architectures import (
     has_mlm_head,
     lm_head_kind,
     load_model,
+    prediction_head,
 )
-from attnscope.core.canonical import CanonicalModel
+from attnscope.core.canonical import CanonicalModel, PredictionHead
 from attnscope.core.files import sha256_of, write_text
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
@@ -223,13 +224,20 @@ def read_manifest(path: str | Path) -> dict:
 
 @dataclass
 class LoadedModel:
-    """What a rule script needs of a model: its manifest, device, module and canonical weights."""
+    """What a rule script needs of a model: its manifest, device, module and canonical weights,
+    and its language-model head when asked for and the model has one."""
 
     manifest: dict
     device: str
     model: object
     weights: CanonicalModel
     route: str = "whole-model"  # or layer-streamed (`layer_stream.loading_route`)
+    head: PredictionHead | None = None
+
+    @property
+    def whole_model(self):
+        """The module with every weight in memory, or None on the layer-streamed route."""
+        return self.model if self.route == "whole-model" else None
 
 
 def cuda_visible() -> bool | None:
@@ -319,15 +327,18 @@ def open_model(
     route = loading_route(loading, manifest["path"], device)
     if log is not None:
         log.info("model %s on %s, loading route: %s", manifest["name"], device, route)
+    head_kind = manifest.get("lm_head") if with_head else None
     if route == "layer-streamed":
         from attnscope.pipeline.runlog import release_freed_memory
-        from attnscope.pipeline.streamed_weights import streamed_model
+        from attnscope.pipeline.streamed_weights import streamed_head, streamed_model
 
         release_freed_memory()
-        return LoadedModel(manifest, device, *streamed_model(manifest["path"], device), route)
-    head = manifest.get("lm_head") if with_head else None
-    model = load_model(manifest["path"], device, head=head, dtype=dtype)
-    return LoadedModel(manifest, device, model, canonical_weights(model))
+        model, weights = streamed_model(manifest["path"], device)
+        head = streamed_head(manifest["path"], head_kind, device) if head_kind else None
+        return LoadedModel(manifest, device, model, weights, route, head)
+    model = load_model(manifest["path"], device, head=head_kind, dtype=dtype)
+    head = prediction_head(model) if head_kind else None
+    return LoadedModel(manifest, device, model, canonical_weights(model), head=head)
 
 
 def manifest_attrs(manifest: dict) -> dict:

@@ -116,9 +116,7 @@ def depth_pass(
                 on_layer,
             )
             if prediction.head is not None:
-                found = attribute(
-                    model, weights, store, batch, last, prediction, ig_steps, residuals
-                )
+                found = attribute(weights, store, batch, last, prediction, ig_steps, residuals)
                 if found is not None:
                     predictions.append(prediction_frame(batch, found, prediction.token_of))
         if log:

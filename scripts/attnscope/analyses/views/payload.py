@@ -104,7 +104,8 @@ def sequence_page(
     prediction: Prediction | None = None,
 ) -> Page:
     """The page of sequence `index` of `store` (0-based); the prediction row needs `scopes`
-    and a `prediction` whose model has an LM head (`model` loaded with it)."""
+    and a `prediction` with an LM head. `model` is the loaded model's module, on the meta
+    device but for the layer in use on the layer-streamed route."""
     n = int(store.lengths[index])
     ids = store.input_ids[index, :n]
     category = store.category[index, :n]
@@ -171,7 +172,7 @@ def sequence_page(
     if scopes:  # the decomposition carried from the input tokens through every layer
         settings = (ig_steps, top_k, residuals, device)
         last = add_propagated(page, store, index, weights, model, *settings)
-        add_prediction(page, store, index, model, weights, last, prediction, ig_steps, residuals)
+        add_prediction(page, store, index, weights, last, prediction, ig_steps, residuals)
     page.header["alpha_max_error"] = alpha_error
     page.header["max_rel_residual"] = float(residuals.table()["max_rel"].max()) if scopes else None
     return page
@@ -212,7 +213,6 @@ def add_prediction(
     page: Page,
     store: HiddenStates,
     index: int,
-    model,
     weights: CanonicalModel,
     last: Carried,
     prediction: Prediction | None,
@@ -228,7 +228,7 @@ def add_prediction(
     n = page.header["n"]
     batch = store.batch(0, index, index + 1, n, str(last.parts.device))
     with torch.no_grad():
-        found = attribute(model, weights, store, batch, last, prediction, ig_steps, residuals)
+        found = attribute(weights, store, batch, last, prediction, ig_steps, residuals)
     if found is None:
         page.header["prediction"] = {"reason": "no [MASK] in this sequence to predict"}
         return

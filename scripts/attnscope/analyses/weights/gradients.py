@@ -47,13 +47,13 @@ from attnscope.core.attention import (
 )
 from attnscope.core.canonical import (
     CanonicalLayer,
-    CanonicalLayerNorm,
     CanonicalModel,
     PredictionHead,
 )
 from attnscope.core.store import HiddenStates, batch_spans
 from attnscope.core.tables import index_grid, indexed_table
 from attnscope.core.tokens import CATEGORY_NAMES, CLS, OTHER, PUNCT, SEP
+from attnscope.maps.prediction import head_logits
 
 CATEGORIES = {CATEGORY_NAMES[c]: c for c in (CLS, SEP, PUNCT, OTHER)}  # table order
 STATUS_OK = "ok"
@@ -300,17 +300,6 @@ def attention_gradient_step(
         a = through(layer.post_attn, attention_output(alpha, value_vectors(X, layer), layer))
         layer_forward(X, mask, layer, attention=a).backward(g_next)
     return alpha.detach(), alpha.grad, X.grad
-
-
-def head_logits(
-    head: PredictionHead, final_ln: CanonicalLayerNorm | None, X: torch.Tensor
-) -> torch.Tensor:
-    """The language-model head's logits from the last state X_L [B, n, d].  [B, n, V]"""
-    h = through(final_ln, X)
-    if head.transform is not None:
-        h = through(head.ln, head.transform(h))
-    z = (h @ head.W_U + head.b_U) * head.multiplier
-    return z if head.softcap is None else torch.tanh(z / head.softcap) * head.softcap
 
 
 def not_applicable(n_layers: int, reason: str = NOT_APPLICABLE) -> pd.DataFrame:
