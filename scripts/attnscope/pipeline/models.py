@@ -312,7 +312,8 @@ def open_model(
     `dtype`: the weights' type on the whole-model route (extraction's `compute_dtype`).
     `loading` (the setting: auto, whole-model, layer-streamed; `layer_stream.loading_route`): on the
     layer-streamed route the module is on the meta device but for the layers in use, and the
-    canonical weights read each layer when it is first used (`streamed_weights`).
+    canonical weights read each layer when it is first used (`streamed_weights`); the head
+    (`LoadedModel.head`) is then read alone (`streamed_head`).
 
     Refuses (ModelChangedError) model files that differ from the manifest, and, given the
     `hidden_states` store the job reads, states made with other weights than the manifest's.
