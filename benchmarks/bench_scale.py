@@ -19,10 +19,13 @@ steps    extract, norms (the norm-based analysis), mixing (whole-layer mixing, e
          exact FF split, no rollouts; the causal LM head: the streamed route reads the head
          alone, the whole route loads the model with it)
 --compute-dtype  the extraction's forward type (float32, bfloat16, float16; analyses: float32)
+--every N [M ..] the `layers:` setting [N, 2N, ...] up to the last layer, each in turn
+                 (default 1: all); the store's size is printed after each extraction
 
 Run: .venv/bin/python benchmarks/bench_scale.py [--shapes llama-1b llama-3b llama-8b]
      [--whole llama-1b bert-base] [--folder /tmp/attnscope-scale] [--sequences 4]
      [--length 128] [--device cpu] [--steps extract norms mixing] [--compute-dtype float32]
+     [--every 1 4]
 """
 
 from __future__ import annotations
@@ -151,7 +154,7 @@ def write_corpus(path: Path, vocab: int, sequences: int, length: int) -> None:
 
 
 RUN = """
-import sys, time
+import json, sys, time
 sys.path.insert(0, {scripts!r})
 import h5py, torch
 from transformers import AutoModel, AutoModelForCausalLM
@@ -165,12 +168,13 @@ from attnscope.pipeline.extract import extract, extract_streamed
 from attnscope.maps.prediction import Prediction
 from attnscope.pipeline.streamed_weights import streamed_head, streamed_model
 folder, encoded, states, step, route, device, compute = sys.argv[1:8]
+layers = json.loads(sys.argv[8])  # all, or 1-based layers
 runlog.keep_freed_memory()  # the allocator settings of the rule jobs (runlog.start, open_model)
 if route == "streamed":
     runlog.release_freed_memory()
 start = time.perf_counter()
 if step == "extract":
-    run = dict(batch_size=4, device=device, compute_dtype=compute)
+    run = dict(batch_size=4, device=device, compute_dtype=compute, layers=layers)
     if route == "streamed":
         extract_streamed(folder, encoded, states, **run)
     else:
@@ -191,10 +195,12 @@ else:
         head = prediction_head(model) if step == "propagate" else None
     with HiddenStates(states) as store, h5py.File(states + f"-{{step}}.h5", "w") as maps:
         common = dict(batch_size=4, device=device, max_rel_residual=1e-3, log=None)
+        chosen = None if layers == "all" else store.layers
         if step == "norms":
-            norms(store, weights, model, maps, sample_size=100000, seed=0, **common)
+            norms(store, weights, model, maps, sample_size=100000, seed=0, layers=chosen, **common)
         elif step == "mixing":
-            mixing(store, weights, model, maps, ig_steps=0, maps_dtype="float16", **common)
+            mixing(store, weights, model, maps, ig_steps=0, maps_dtype="float16", layers=chosen,
+                   **common)
         else:
             prediction = Prediction(head, None, None, str, whole)
             depth_pass(store, weights, model, maps, maps, prediction, ig_steps=0,
@@ -206,13 +212,14 @@ print(seconds, peak)
 
 
 def run(
-    model: Path, encoded: Path, step: str, route: str, device: str, compute: str
+    model: Path, encoded: Path, step: str, route: str, device: str, compute: str, layers
 ) -> tuple[float, float]:
-    """(seconds, peak RSS in MiB) of one step in a fresh process."""
+    """(seconds, peak RSS in MiB) of one step in a fresh process; `layers` as the setting."""
     states = encoded.parent / f"states-{route}.h5"
     code = RUN.format(scripts=str(SCRIPTS))
     command = [sys.executable, "-c", code, str(model), str(encoded), str(states), step, route]
-    done = subprocess.run([*command, device, compute], capture_output=True, text=True)
+    command += [device, compute, json.dumps(layers)]
+    done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(done.stderr[-3000:])
     seconds, peak = done.stdout.split()[-2:]
@@ -229,8 +236,9 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--steps", nargs="+", default=["extract", "norms", "mixing"])
     parser.add_argument("--compute-dtype", default="float32", help="the extraction's type")
+    parser.add_argument("--every", type=int, nargs="+", default=[1], help="every N-th layer")
     args = parser.parse_args()
-    print("shape\tparameters\tcheckpoint_GB\tstep\troute\tseconds\tpeak_rss_MiB", flush=True)
+    print("shape\tparameters\tcheckpoint_GB\tevery\tstep\troute\tseconds\tpeak_rss_MiB")
     for shape in args.shapes:
         folder = args.folder / shape
         folder.mkdir(parents=True, exist_ok=True)
@@ -253,13 +261,21 @@ def main() -> None:
             index = json.loads((folder / "model.safetensors.index.json").read_text())
             vocab, size = SHAPES[shape]["vocab_size"], index["metadata"]["total_size"]
             parameters = size // 2  # bfloat16
+        n_layers = SHAPES[shape].get("num_hidden_layers", 12) if shape in SHAPES else 6
         encoded = folder / "encoded.h5"
         write_corpus(encoded, vocab, args.sequences, args.length)
-        for route in ["streamed"] + (["whole"] if shape in args.whole else []):
+        routes = ["streamed"] + (["whole"] if shape in args.whole else [])
+        for every, route in ((every, route) for every in args.every for route in routes):
+            layers = "all" if every == 1 else list(range(every, n_layers + 1, every))
             for step in ["extract", *(s for s in args.steps if s != "extract")]:
-                seconds, peak = run(model, encoded, step, route, args.device, args.compute_dtype)
-                row = [shape, f"{parameters:,}", f"{size / 1e9:.1f}", step, route]
-                print("\t".join([*row, f"{seconds:.1f}", f"{peak:.0f}"]), flush=True)
+                if step == "propagate" and layers != "all":
+                    continue  # the whole depth: not made for a subset of layers
+                timed = run(model, encoded, step, route, args.device, args.compute_dtype, layers)
+                row = [shape, f"{parameters:,}", f"{size / 1e9:.1f}", str(every), step, route]
+                print("\t".join([*row, f"{timed[0]:.1f}", f"{timed[1]:.0f}"]), flush=True)
+                if step == "extract":
+                    stored = (folder / f"states-{route}.h5").stat().st_size
+                    print(f"# store: {stored / 1e6:.1f} MB, layers {layers}", flush=True)
             for stored in folder.glob(f"states-{route}.h5*"):
                 stored.unlink()
 

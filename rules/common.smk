@@ -100,8 +100,10 @@ def family_corpora(name):
 
 
 def family_targets(name):
-    """Every table and figure of one family (`snakemake <family>` builds them)."""
-    return FAMILIES[name].targets(config["analyses"][name], MODELS)
+    """Every table and figure of one family (`snakemake <family>` builds them); with a
+    subset of `layers:`, none of those that need every layer."""
+    every_layer = config["layers"] == "all"
+    return FAMILIES[name].targets(config["analyses"][name], MODELS, every_layer)
 
 
 def foundation_targets():

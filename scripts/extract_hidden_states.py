@@ -1,5 +1,5 @@
-"""Run the model over an encoded corpus and store every layer's hidden state, by the whole
-model per batch or one layer at a time (`loading` setting)."""
+"""Run the model over an encoded corpus and store the hidden states of every layer (or of the
+`layers:` setting's), by the whole model per batch or one layer at a time (`loading`)."""
 
 import sys
 
@@ -33,6 +33,7 @@ settings = dict(
     compute_dtype=compute_dtype,
     attrs=manifest_attrs(manifest),
     log=sys.stderr,
+    layers=snakemake.params.layers,
 )
 if route == "layer-streamed":
     runlog.release_freed_memory()  # a freed layer goes back before the next is read

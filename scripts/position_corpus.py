@@ -7,7 +7,7 @@ from attnscope.analyses.position import corpus_pass as position_pass
 from attnscope.analyses.position.diagonals import select_heads
 from attnscope.core import checks
 from attnscope.core.files import write_table
-from attnscope.core.tables import not_applicable
+from attnscope.core.tables import layer_rows, not_applicable
 from attnscope.pipeline import runlog
 from attnscope.pipeline.shards import sharded_analysis
 
@@ -15,6 +15,11 @@ log = runlog.start(snakemake)
 params = snakemake.params
 output = snakemake.output
 offsets = list(range(-params.t_max, params.t_max + 1))
+
+
+def write(table, path):
+    """Write a table with the rows of the `layers:` setting's layers (all: every row)."""
+    write_table(layer_rows(table, snakemake.config["layers"]), path)
 
 
 def analyse(loaded, store, maps, layers):
@@ -36,19 +41,19 @@ result = sharded_analysis(snakemake, log, analyse)
 if isinstance(result, position_pass.PassResult):
     heads = select_heads(position_pass.mean_trt(result), result.offsets, params.heads)
     log.info("heads for g(f, theta) and xcorr (layer, head): %s", heads)
-    write_table(position_pass.identity_table(result), output.identity)
-    write_table(position_pass.xcov_sum_table(result), output.xcov_sum)
+    write(position_pass.identity_table(result), output.identity)
+    write(position_pass.xcov_sum_table(result), output.xcov_sum)
     name, worst = result.worst_identity()
     log.info("largest relative identity residual: %s %.3g", name, worst)
     checks.require(f"position identity {name} (relative)", worst, position_pass.IDENTITY_TOLERANCE)
-    write_table(position_pass.spectra_table(result), output.spectra)
-    write_table(position_pass.shifts_table(result), output.shifts)
-    write_table(position_pass.g_map_table(result, heads), output.g_map)
-    write_table(position_pass.xcorr_table(result, heads), output.xcorr)
-    write_table(position_pass.trt_table(result.trt, offsets), output.trt)
+    write(position_pass.spectra_table(result), output.spectra)
+    write(position_pass.shifts_table(result), output.shifts)
+    write(position_pass.g_map_table(result, heads), output.g_map)
+    write(position_pass.xcorr_table(result, heads), output.xcorr)
+    write(position_pass.trt_table(result.trt, offsets), output.trt)
 elif result is not None:
     log.info("rotary model: only tr_t(A) applies")
     skipped = not_applicable("rotary model (scores are not x W^A x^T)")
     for name in ("identity", "xcov_sum", "spectra", "shifts", "g_map", "xcorr"):
-        write_table(skipped, output[name])
-    write_table(position_pass.trt_table(result, offsets), output.trt)
+        write(skipped, output[name])
+    write(position_pass.trt_table(result, offsets), output.trt)

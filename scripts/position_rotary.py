@@ -8,7 +8,7 @@ from attnscope.analyses.position import rotary
 from attnscope.core import checks
 from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates
-from attnscope.core.tables import not_applicable
+from attnscope.core.tables import layer_rows, not_applicable
 from attnscope.pipeline import runlog
 from attnscope.pipeline.models import open_model
 
@@ -38,12 +38,13 @@ else:
         )
         lengths = store.lengths
     residuals = checks.ResidualLog(rotary.BOUND, log, "rotary")
-    for layer in range(1, weights.n_layers + 1):
+    chosen = snakemake.config["layers"]  # the tables' rows: these layers' (all: every)
+    for layer in (l + 1 for l in store.layers):
         worst = result.residual_abs[layer - 1], result.residual[layer - 1]
         residuals.record(layer, "bands", *map(float, worst))
     write_table(residuals.table(), output.check)
-    offsets = rotary.offset_table(result)
-    write_table(rotary.band_table(result), output.bands)
+    offsets = layer_rows(rotary.offset_table(result), chosen)
+    write_table(layer_rows(rotary.band_table(result), chosen), output.bands)
     write_table(offsets, output.offsets)
     heads = rotary.positional_heads(pd.read_csv(snakemake.input.trt, sep="\t"), lengths)
     log.info("positional heads (layer, head, behaviour): %s", heads.to_numpy().tolist())

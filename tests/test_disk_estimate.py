@@ -1,5 +1,7 @@
 """The disk estimate: what a run will write, against the disk's real free space."""
 
+from pathlib import Path
+
 import pytest
 
 from attnscope.pipeline.disk_estimate import (
@@ -24,10 +26,36 @@ def test_hidden_state_estimate_is_the_full_store(tmp_path):
         n_layers = len(f["hidden"]) - 1
         stored = sum(f[f"hidden/{l}"].id.get_storage_size() for l in range(n_layers + 1))
         d_model = f["hidden/0"].shape[-1]
-    assert stored == hidden_state_bytes(n_layers, 5, 32, d_model, "bfloat16")
+    assert stored == hidden_state_bytes(n_layers + 1, 5, 32, d_model, "bfloat16")
 
 
 def test_a_job_that_would_overfill_its_disk_stops_naming_the_file(tmp_path):
     require_space(tmp_path / "small.h5", 1)
     with pytest.raises(DiskSpaceError, match="big.h5 needs up to .* GB free"):
         require_space(tmp_path / "big.h5", free_bytes(tmp_path) + 10**9)
+
+
+def test_a_layer_subset_is_sized_by_its_states_and_maps(tmp_path):
+    """MiniLM (6 layers) with `layers: [2, 6]`: the store is 3 of the 7 states (the inputs of
+    layers 2 and 6, and the last output), mixing's maps 2 of the 6 layers', and the
+    propagation through the depth, which is not made, is not counted."""
+    import yaml
+    from snakemake.utils import validate
+
+    from attnscope.pipeline.disk_estimate import planned_files
+    from attnscope.pipeline.outputs import families
+
+    root = Path(__file__).parents[1]
+    config = yaml.safe_load((root / "config/config.yaml").read_text())
+    validate(config, str(root / "config/schema.yaml"))  # fills in the defaults
+    sizes = {}
+    for layers in ("all", [2, 6]):
+        planned = planned_files(dict(config, layers=layers), families(), tmp_path / "results")
+        sizes[str(layers)] = {str(p.path.relative_to(tmp_path)): p.size for p in planned}
+    whole, subset = sizes["all"], sizes["[2, 6]"]
+    store = "results/minilm-l6/wiki/hidden_states.h5"
+    assert subset[store] * 7 == whole[store] * 3
+    maps = "results/minilm-l6/wiki_masked/mixing/maps.h5"
+    assert subset[maps] * 6 == whole[maps] * 2
+    propagated = "results/minilm-l6/wiki_masked/mixing/propagated.h5"
+    assert whole[propagated] > 0 and propagated not in subset

@@ -36,7 +36,7 @@ def test_shards_are_consecutive_blocks_covering_every_layer_once():
             sizes = [len(block) for block in blocks]
             assert min(sizes) >= 1 and max(sizes) - min(sizes) <= 1
             assert sizes == sorted(sizes, reverse=True)
-    with pytest.raises(ShardError, match="config: shards is 6, but the model has 5 layers"):
+    with pytest.raises(ShardError, match="config: shards is 6, but 5 layers are analysed"):
         shard_layers(5, 6, 1)
 
 

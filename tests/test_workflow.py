@@ -444,6 +444,79 @@ def test_two_layer_shards_gather_the_unsharded_tables_and_maps(tiny_run, tmp_pat
     assert f"{len(targets)} files" in compared.stdout, compared.stdout
 
 
+def test_a_layer_subset_stores_and_analyses_those_layers_alone(tiny_run, tmp_path):
+    """`layers: [2]` of the tiny 2-layer model, extracted layer by layer (its first state
+    passing through the scratch file): the store keeps hidden/1 and hidden/2 alone; the
+    per-layer tables hold layer 2's rows, equal to the whole run's (tools/compare_results.py,
+    1e-5), and so do the maps; what needs every layer is not made."""
+    import shutil
+
+    from attnscope.core.files import write_table
+
+    workdir, config = tiny_run
+    subset = dict(config, layers=[2], loading="layer-streamed")
+    subset["analyses"] = dict(config["analyses"], views={"enabled": False})
+    subset["analyses"]["probing"] = {"enabled": False}
+    result = snakemake(tmp_path / "run", subset)
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = tmp_path / "run/results/tiny"
+    with h5py.File(run / "wiki/hidden_states.h5") as store:
+        assert sorted(store["hidden"]) == ["1", "2"]
+    assert not list(run.rglob("*scratch*"))
+    assert "the layers 2" in (run / "wiki/logs/norms_compute.log").read_text()
+    per_layer = {
+        "wiki/norms": (
+            "x_dispersion.tsv", "fx_dispersion.tsv", "sep_heads.tsv", "token_class_layer.tsv",
+            "attention_sinks.tsv", "decomposition_check.tsv",
+        ),
+        "wiki/weights": ("heads.tsv", "layers.tsv"),
+        "wiki_masked/mixing": (
+            "mixing_ratio.tsv", "rsa.tsv", "decomposition_check.tsv", "ff_pairs.tsv",
+            "example_maps.tsv",
+        ),
+        "wiki512/position": (
+            "identity_check.tsv", "spectra.tsv", "shifts.tsv", "xcov_sum.tsv", "trt.tsv.gz",
+        ),
+    }  # fmt: skip
+    for folder, files in per_layer.items():
+        for file in files:
+            got = pd.read_csv(run / folder / file, sep="\t")
+            assert set(got["layer"].astype(str)) <= {"2", "all"}, (folder, file)  # all: summary
+            whole = pd.read_csv(workdir / "results/tiny" / folder / file, sep="\t")
+            for side, table in (("expected", whole), ("subset", got)):
+                (tmp_path / side / folder).mkdir(parents=True, exist_ok=True)
+                layer_2 = table[table["layer"].astype(str) == "2"]  # of one layer, both runs
+                write_table(layer_2, tmp_path / side / folder / file)
+    massive = pd.read_csv(workdir / "results/tiny/wiki/norms/massive_activations.tsv", sep="\t")
+    write_table(massive[massive.layer >= 1], tmp_path / "expected/wiki/norms/massive.tsv")
+    shutil.copy(
+        run / "wiki/norms/massive_activations.tsv", tmp_path / "subset/wiki/norms/massive.tsv"
+    )
+    compared = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "compare_results.py"),
+         str(tmp_path / "expected"), str(tmp_path / "subset"), "--rtol", "1e-5"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert compared.returncode == 0, compared.stdout[-3000:]
+    n_files = sum(map(len, per_layer.values())) + 1
+    assert f"{n_files} files in both" in compared.stdout, compared.stdout
+    for maps, group in (("wiki/norms/attn_n_maps.h5", "maps"), ("wiki_masked/mixing/maps.h5", "")):
+        with h5py.File(workdir / "results/tiny" / maps) as a, h5py.File(run / maps) as b:
+            scopes = [group] if group else list(a)
+            assert sorted(b) == sorted(scopes)
+            for scope in scopes:
+                assert sorted(b[scope]) == ["2"], maps
+                x, y = a[f"{scope}/2"][()], b[f"{scope}/2"][()]
+                np.testing.assert_allclose(y, x, rtol=0, atol=1e-5 * np.abs(x).max())
+    for left_out in (
+        "wiki/weights/gradients.tsv", "wiki/weights/head_distances.tsv",
+        "wiki/weights/figures/dendrogram.svg", "wiki_masked/mixing/propagated.h5",
+        "wiki_masked/mixing/prediction.tsv", "wiki_masked/mixing/figures/rollout.svg", "wiki/views",
+    ):  # fmt: skip
+        assert not (run / left_out).exists(), left_out
+    assert (run / "wiki/weights/figures/entropy.svg").exists()
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
 def test_cuda_without_a_gpu_stops_before_any_job_and_keeps_the_states(tiny_run):
     workdir, config = tiny_run
@@ -491,8 +564,8 @@ def test_disk_estimate_bounds_the_states_and_sizes_the_maps_exactly(tiny_run):
                 states, (N, length, d) = len(f["hidden"]), f["hidden/0"].shape
                 chunk, dtype = f["hidden/0"].chunks[1], f.attrs["dtype"]
             # corpora are padded to their longest sequence, at most max_length
-            assert hidden_state_bytes(states - 1, N, length, d, dtype) <= file.size, file
-            bound = hidden_state_bytes(states - 1, N, length, d, dtype, chunk)
+            assert hidden_state_bytes(states, N, length, d, dtype) <= file.size, file
+            bound = hidden_state_bytes(states, N, length, d, dtype, chunk)
             assert 0 < stored_bytes(file.path, "hidden") <= bound, file
         else:
             assert stored_bytes(file.path) == file.size, file
@@ -751,6 +824,33 @@ def test_default_pipeline_on_a_slice(tmp_path):
         ),
         # issue 22: more layer shards than MiniLM's 6 layers
         ({"shards": 7}, "config: shards is 7, but model 'm' has 6 layers"),
+        # issue 22: a layer subset beyond the model, or too small for the shards or a family
+        ({"layers": [2, 7]}, "config: layers names layer 7, but model 'm' has 6 layers (1 to 6)"),
+        ({"layers": [0]}, "layers"),
+        ({"layers": "some"}, "layers"),
+        (
+            {"layers": [2, 4], "shards": 3},
+            "config: shards is 3, but model 'm' is analysed at 2 layers; use at most 2 shards",
+        ),
+        (
+            {"layers": [2, 4], "analyses": {"views": {"enabled": False}}},
+            "config: layers selects layers [2, 4], but analyses.probing needs every layer",
+        ),
+        (
+            {"layers": [6], "analyses": {"probing": {"enabled": False}}},
+            "config: layers selects layers [6], but analyses.views needs every layer",
+        ),
+        (
+            {
+                "layers": [6],
+                "analyses": {
+                    "probing": {"enabled": False},
+                    "views": {"enabled": False},
+                    "position": {"corpus": "wiki512", "heads": [[2, 1]]},
+                },
+            },
+            "config: analyses.position.heads names layer 2 (head 1), which layers: [6] leaves out",
+        ),
         # issue 23: a family reads another's maps only where that family runs
         (
             {

@@ -16,6 +16,9 @@ tokenizer (name_or_path), dropped (sequences left out for length). `write_encode
 hidden/0 is the embedding output (the input of the first layer), hidden/{l} the output of
 layer l, i.e. the input of layer l + 1, for every architecture. For GPT-2, hidden/{n_layers} is the
 last block's output before the final LayerNorm ln_f (transformers returns it after ln_f).
+attributes: n_layers (the model's), layers (the 1-based layers analysed, `layers:` setting).
+With a subset of layers the store keeps only the states they read (`stored_states`): each
+selected layer's input, and the last output when the last layer is selected.
 
 HDF5 has no bfloat16 type: a bfloat16 store holds each value's 16 bits as uint16 (the upper
 half of its float32 bits), with the attribute `encoding = bfloat16` on every dataset and
@@ -41,6 +44,13 @@ from attnscope.core.files import atomic_path, sha256_of
 TOKEN_ARRAYS = ("input_ids", "attention_mask", "token_type_ids", "category", "word_ids")
 STORE_TYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}
 """The HDF5 type of each store dtype (bfloat16: its bits, see the module docstring)."""
+
+
+class StateNotStoredError(KeyError):
+    """A hidden state that the store's `layers:` selection left out."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 def as_stored(state: torch.Tensor, storage: np.dtype) -> torch.Tensor:
@@ -159,8 +169,12 @@ class HiddenStates:
         for name in TOKEN_ARRAYS:
             setattr(self, name, self._file[name][()])
         self.n_sequences, self.length = self.input_ids.shape
-        self.n_layers = len(self._file["hidden"]) - 1
-        self.d_model = self._file["hidden/0"].shape[-1]
+        self.states = sorted(int(name) for name in self._file["hidden"])
+        self.n_layers = int(self._file.attrs.get("n_layers", len(self.states) - 1))
+        self.layers = [int(l) - 1 for l in self._file.attrs.get("layers", [])] or list(
+            range(self.n_layers)
+        )  # 0-based, the layers the store was made for
+        self.d_model = self._file[f"hidden/{self.states[0]}"].shape[-1]
         self.storage_dtype = str(self._file.attrs.get("dtype", "float32"))  # or (b)float16
         # float32 states of a float32 forward: X_{l+1} is layer l's float32 output, so checks
         # may compare with it (otherwise they recompute it from X_l)
@@ -178,8 +192,18 @@ class HiddenStates:
     def __exit__(self, *exc):
         self.close()
 
+    def stores(self, state: int) -> bool:
+        """Whether hidden/{state} is stored (every state unless `layers:` chose a subset)."""
+        return state in self.states
+
     def hidden(self, layer: int, start: int = 0, stop: int | None = None) -> np.ndarray:
         """hidden/{layer}[start:stop] as float32.  [B, L, d]"""
+        if not self.stores(layer):
+            raise StateNotStoredError(
+                f"{self.path} stores the states of layers "
+                f"{', '.join(str(l + 1) for l in self.layers)} only (config layers:), not "
+                f"hidden/{layer}; an analysis of other layers needs layers: all"
+            )
         return decoded(self._file[f"hidden/{layer}"][start:stop])
 
     def batches(

@@ -7,6 +7,7 @@ message naming the key, and nothing is computed or overwritten.
 from __future__ import annotations
 
 from attnscope.architectures import StreamingUnavailableError, architecture, checkpoint_files
+from attnscope.core.layer_selection import LayerSelectionError, selected_layers
 from attnscope.data.corpora import KINDS as CORPUS_KINDS
 from attnscope.pipeline.models import local_model_folder, read_model_config, require_tokenizer
 from attnscope.pipeline.outputs import Family
@@ -48,6 +49,19 @@ def check_config(config: dict, families: dict[str, Family]) -> None:
         for corpus in family.corpora(config["analyses"][name])
     }
     check_models(config, sorted(c for c in used if corpora[c].get("mask_rate", 0) > 0))
+    check_every_layer(config, families)
+
+
+def check_every_layer(config: dict, families: dict[str, Family]) -> None:
+    """With a subset of `layers`, no enabled family needs every layer for all its outputs."""
+    if config.get("layers", "all") == "all":
+        return
+    for name, family in families.items():
+        if config["analyses"][name].get("enabled", True) and family.needs_every_layer():
+            raise ConfigError(
+                f"config: layers selects layers {config['layers']}, but analyses.{name} needs "
+                f"every layer; set analyses.{name}.enabled: false, or layers: all"
+            )
 
 
 def check_own_settings(name: str, settings: dict) -> None:
@@ -72,8 +86,8 @@ def check_own_settings(name: str, settings: dict) -> None:
 
 def check_models(config: dict, masked_corpora: list[str] = ()) -> None:
     """Every model that is on this machine exists, has a supported architecture and a
-    tokenizer, has safetensors weights if `loading` is layer-streamed, has at least `shards`
-    layers, takes inputs as long
+    tokenizer, has safetensors weights if `loading` is layer-streamed, has every layer that
+    `layers` names and at least `shards` of them, takes inputs as long
     as every corpus's max_length, and has a mask token if an analysis reads a corpus with
     [MASK] (`masked_corpora`) (hub models still to fetch: at acquisition)."""
     for name, spec in config["models"].items():
@@ -95,11 +109,17 @@ def check_models(config: dict, masked_corpora: list[str] = ()) -> None:
             except StreamingUnavailableError as error:
                 raise ConfigError(f"config: loading: model {name!r}: {error}") from None
         n_layers, _ = family.dimensions(model_config)
-        if config.get("shards", 1) > n_layers:
+        try:
+            layers = selected_layers(config.get("layers", "all"), n_layers, f"model {name!r}")
+        except LayerSelectionError as error:
+            raise ConfigError(str(error)) from None
+        if config.get("shards", 1) > len(layers):
+            analysed = "has" if len(layers) == n_layers else "is analysed at"
             raise ConfigError(
-                f"config: shards is {config['shards']}, but model {name!r} has {n_layers} "
-                f"layers; use at most {n_layers} shards"
+                f"config: shards is {config['shards']}, but model {name!r} {analysed} "
+                f"{len(layers)} layers; use at most {len(layers)} shards"
             )
+        check_position_heads(config, layers)
         limit = family.max_positions(model_config)
         for corpus, settings in config["corpora"].items():
             if settings["max_length"] > limit:
@@ -107,3 +127,16 @@ def check_models(config: dict, masked_corpora: list[str] = ()) -> None:
                     f"config: corpora.{corpus}.max_length is {settings['max_length']}, but "
                     f"model {name!r} takes at most {limit} positions; lower max_length"
                 )
+
+
+def check_position_heads(config: dict, layers: list[int]) -> None:
+    """The heads `analyses.position.heads` names lie in the analysed layers (0-based)."""
+    position = config.get("analyses", {}).get("position", {})
+    if not position.get("enabled", True):
+        return
+    for layer, head in position.get("heads", []):
+        if 1 <= layer and layer - 1 not in layers:
+            raise ConfigError(
+                f"config: analyses.position.heads names layer {layer} (head {head}), which "
+                f"layers: {config['layers']} leaves out"
+            )

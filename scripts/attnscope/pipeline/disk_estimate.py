@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnscope.architectures import architecture
+from attnscope.core.layer_selection import selected_layers, stored_states
 from attnscope.pipeline.models import local_model_folder, read_model_config
 from attnscope.pipeline.outputs import Family
 
@@ -37,13 +38,14 @@ class PlannedFile:
 
 
 def hidden_state_bytes(
-    n_layers: int, n_sequences: int, length: int, d_model: int, dtype: str, chunk: int = 0
+    n_states: int, n_sequences: int, length: int, d_model: int, dtype: str, chunk: int = 0
 ) -> int:
-    """Bytes of hidden_states.h5's states at most: (n_layers + 1) x [N, length, d], each
+    """Bytes of hidden_states.h5's states at most: n_states x [N, length, d] (n_layers + 1
+    states, fewer with a subset of `layers:`), each
     sequence's positions rounded up to whole chunks of `chunk` positions when given (HDF5
     stores whole chunks; the chunk is known once the corpus is encoded)."""
     positions = -(-length // chunk) * chunk if chunk else length
-    return (n_layers + 1) * n_sequences * positions * d_model * ITEMSIZE[dtype]
+    return n_states * n_sequences * positions * d_model * ITEMSIZE[dtype]
 
 
 def corpus_sequences(settings: dict, encoded: Path) -> int | None:
@@ -77,6 +79,8 @@ def planned_files(config: dict, families: dict[str, Family], results: Path) -> l
             continue
         model_config = read_model_config(model, folder)
         n_layers, d_model = architecture(model_config["model_type"]).dimensions(model_config)
+        layers = selected_layers(config.get("layers", "all"), n_layers, f"model {model!r}")
+        every_layer = len(layers) == n_layers and config.get("layers", "all") == "all"
         for corpus, corpus_families in readers.items():
             settings = config["corpora"][corpus]
             out = results / model / corpus
@@ -84,12 +88,13 @@ def planned_files(config: dict, families: dict[str, Family], results: Path) -> l
             sizes = {"hidden_states.h5": None}
             if N is not None:
                 sizes["hidden_states.h5"] = hidden_state_bytes(
-                    n_layers, N, length, d_model, config["dtype"]
+                    len(stored_states(layers, n_layers)), N, length, d_model, config["dtype"]
                 )
             for family in corpus_families:
-                shape = (config["analyses"][family.name], n_layers, N or 0, length)
+                shape = (config["analyses"][family.name], len(layers), N or 0, length)
                 for file, size in family.map_bytes(*shape).items():
-                    sizes[f"{family.name}/{file}"] = size if N is not None else None
+                    if every_layer or file not in family.every_layer:
+                        sizes[f"{family.name}/{file}"] = size if N is not None else None
             planned += [PlannedFile(out / file, size) for file, size in sizes.items()]
     return planned
 

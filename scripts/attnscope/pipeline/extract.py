@@ -13,11 +13,13 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
+import h5py
 import numpy as np
 import torch
 from tqdm import tqdm
 
 from attnscope.architectures import architecture
+from attnscope.core.layer_selection import selected_layers, stored_states
 from attnscope.core.store import (
     STORE_TYPES,
     TOKEN_ARRAYS,
@@ -118,10 +120,11 @@ class BackgroundWriter:
 
 
 @contextmanager
-def state_store(encoded_path, out_path, config, dtype: str, attrs: dict | None):
+def state_store(encoded_path, out_path, config, dtype: str, attrs: dict | None, layers="all"):
     """Create hidden_states.h5 for a model `config` and an encoded corpus (written in place
-    only when the block ends without error): yields (token arrays, the `hidden/{l}` datasets
-    [N, L, d] of every state, the sequence lengths)."""
+    only when the block ends without error): yields (token arrays, {state s: the `hidden/{s}`
+    dataset [N, L, d]} of the states the `layers:` setting `layers` reads, the sequence
+    lengths)."""
     with open_store(encoded_path, "encode_corpus") as enc, atomic_h5(out_path) as out:
         arrays = {name: enc[name][()] for name in TOKEN_ARRAYS}
         n_seq, length = arrays["input_ids"].shape
@@ -132,25 +135,28 @@ def state_store(encoded_path, out_path, config, dtype: str, attrs: dict | None):
         for name, values in arrays.items():
             out.create_dataset(name, data=values)
         lengths = arrays["attention_mask"].sum(axis=1)
-        d, n_states = config.hidden_size, config.num_hidden_layers + 1
+        d, n_layers = config.hidden_size, config.num_hidden_layers
+        chosen = selected_layers(layers, n_layers)
+        states = stored_states(chosen, n_layers)
         chunk = (1, chunk_positions(lengths, length), d)
-        size = hidden_state_bytes(n_states - 1, n_seq, length, d, dtype, chunk[1])
-        require_space(out_path, size)
-        hidden = [
-            out.create_dataset(
-                f"hidden/{l}", (n_seq, length, d), STORE_TYPES[dtype], chunks=chunk, fillvalue=0
+        require_space(out_path, hidden_state_bytes(len(states), n_seq, length, d, dtype, chunk[1]))
+        hidden = {
+            s: out.create_dataset(
+                f"hidden/{s}", (n_seq, length, d), STORE_TYPES[dtype], chunks=chunk, fillvalue=0
             )
-            for l in range(n_states)
-        ]
-        for dataset in hidden:
+            for s in states
+        }
+        for dataset in hidden.values():
             dataset.attrs["encoding"] = dtype
         yield arrays, hidden, lengths
+        out.attrs["n_layers"] = n_layers
+        out.attrs["layers"] = [l + 1 for l in chosen]
         out.attrs.update(attrs or {})
         out.attrs["corpus_sha256"] = sha256_of(encoded_path)
         out.attrs["dtype"] = dtype
         out.attrs["states"] = (
             "hidden/{l}: the raw residual stream entering layer l + 1 (0: the embeddings); "
-            f"hidden/{n_states - 1}: the last layer's output before any final norm"
+            f"hidden/{n_layers}: the last layer's output before any final norm"
         )
         out.attrs["packages"] = json.dumps(
             {p: importlib.metadata.version(p) for p in PACKAGES}, sort_keys=True
@@ -176,22 +182,27 @@ def extract(
     attrs: dict | None = None,
     log=None,
     compute_dtype: str = "float32",
+    layers="all",
 ) -> dict:
     """Write hidden_states.h5 for one model and one encoded corpus with a whole-model forward
-    per batch in `compute_dtype`, stored in `dtype`; returns summary stats."""
+    per batch in `compute_dtype`, stored in `dtype`, keeping the states the `layers:` setting
+    `layers` reads; returns summary stats."""
     model = model.to(device, getattr(torch, compute_dtype)).eval()
     arch = architecture(model.config.model_type)
     attrs = {**(attrs or {}), "compute_dtype": compute_dtype}
-    with state_store(encoded_path, out_path, model.config, dtype, attrs) as store:
+    with state_store(encoded_path, out_path, model.config, dtype, attrs, layers) as store:
         arrays, hidden, lengths = store
         progress = tqdm(total=len(lengths), unit="seq", file=log, mininterval=5, desc="extract")
-        with sdpa_attention(model), BackgroundWriter(hidden, batch_size) as writer:
+        kept = list(hidden)
+        with sdpa_attention(model), BackgroundWriter(list(hidden.values()), batch_size) as writer:
             for start, stop, n in batch_spans(lengths, batch_size):
                 # Only the first n positions are written: the rest of the batch is padding,
                 # which the dataset's fill value (0) already holds.
                 inputs = batch_inputs(arch, model, arrays, start, stop, n, device)
                 with torch.inference_mode():
-                    writer.put(start, stop, n, arch.residual_states(model, inputs))
+                    states = arch.residual_states(model, inputs)
+                    writer.put(start, stop, n, [states[s] for s in kept])
+                del states
                 progress.update(stop - start)
         progress.close()
     return summary(arrays, model.config)
@@ -207,11 +218,14 @@ def extract_streamed(
     attrs: dict | None = None,
     log=None,
     compute_dtype: str = "float32",
+    layers="all",
 ) -> dict:
     """Write the same hidden_states.h5 as `extract`, layer by layer: the embeddings of every
     batch, then layer 1 over every batch from the stored X_0, and so on, with one layer's
     weights in memory at a time (`LayerStream`). Each pass reads the previous state back from
-    the store, so a float16 or bfloat16 store carries its rounded states forward."""
+    the store, so a float16 or bfloat16 store carries its rounded states forward. With a
+    subset of `layers`, a state the store does not keep passes through a scratch file beside
+    it (`scratch_states`), and the pass stops at the last state kept."""
     from attnscope.pipeline.layer_stream import LayerStream
 
     compute = getattr(torch, compute_dtype)
@@ -219,12 +233,20 @@ def extract_streamed(
     config = stream.config
     arch = architecture(config.model_type)
     attrs = {**(attrs or {}), "compute_dtype": compute_dtype}
-    with state_store(encoded_path, out_path, config, dtype, attrs) as store:
+    with (
+        state_store(encoded_path, out_path, config, dtype, attrs, layers) as store,
+        scratch_states(out_path, store[1]) as scratch,
+    ):
         arrays, hidden, lengths = store
+        last = max(hidden)
+
+        def dataset(state: int):
+            return hidden[state] if state in hidden else scratch[state % 2]
+
         spans = list(batch_spans(lengths, batch_size))
         stream.load_embedding_rows(arrays["input_ids"])
         progress = tqdm(
-            total=len(lengths) * len(hidden), unit="seq", file=log, mininterval=5, desc="extract"
+            total=len(lengths) * (last + 1), unit="seq", file=log, mininterval=5, desc="extract"
         )
 
         def one_pass(target, compute) -> None:
@@ -238,18 +260,40 @@ def extract_streamed(
                     writer.put(start, stop, n, [state])
                     progress.update(stop - start)
 
-        one_pass(hidden[0], lambda inputs, *span: stream.embedded(inputs))
-        for layer in range(config.num_hidden_layers):
+        one_pass(dataset(0), lambda inputs, *span: stream.embedded(inputs))
+        for layer in range(last):
             stream.load(layer)
+            source = dataset(layer)
 
-            def step(inputs, start, stop, n, layer=layer):
-                X = torch.from_numpy(decoded(hidden[layer][start:stop, :n])).to(device, compute)
+            def step(inputs, start, stop, n, source=source, layer=layer):
+                X = torch.from_numpy(decoded(source[start:stop, :n])).to(device, compute)
                 return stream.layer(layer, inputs, X)
 
-            one_pass(hidden[layer + 1], step)
+            one_pass(dataset(layer + 1), step)
             stream.unload(layer)
         progress.close()
     return summary(arrays, config)
+
+
+@contextmanager
+def scratch_states(out_path: str | Path, hidden: dict):
+    """Two datasets shaped like the store's states in `out_path`.scratch.h5, for the states a
+    layer subset does not keep (state s in dataset s % 2: layer l reads one, writes the other);
+    None when every state up to the last kept one is kept. The file is removed afterwards."""
+    first = next(iter(hidden.values()))
+    if len(hidden) == max(hidden) + 1:
+        yield None
+        return
+    path = Path(f"{out_path}.scratch.h5")
+    require_space(path, 2 * first.size * first.dtype.itemsize)
+    try:
+        with h5py.File(path, "w") as f:
+            yield [
+                f.create_dataset(str(k), first.shape, first.dtype, chunks=first.chunks)
+                for k in range(2)
+            ]
+    finally:
+        path.unlink(missing_ok=True)
 
 
 def summary(arrays: dict, config) -> dict:

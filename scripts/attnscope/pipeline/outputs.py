@@ -86,6 +86,9 @@ class Family:
               per-pair map files for one corpus (their datasets are not compressed, so the
               bytes are exact), for the disk estimate made before any job
     needs     what the family reads from other families (`Needs`)
+    every_layer  corpus tables that need every layer's states (the whole depth, or all heads
+              at once): with a subset of `layers:` they and the figures drawn from them are
+              not made; a family all of whose corpus tables need every layer cannot run then
     """
 
     name: str
@@ -98,6 +101,7 @@ class Family:
     folder: bool = False
     map_bytes: Callable[[dict, int, int, int], dict[str, int]] = lambda *shape: {}
     needs: tuple[Needs, ...] = ()
+    every_layer: tuple[str, ...] = ()
 
     def folder_path(self, scope: str = "corpus") -> str:
         """Path pattern (wildcards model, corpus) of the family's folder of one scope."""
@@ -137,33 +141,45 @@ class Family:
             out.setdefault(figure.scope, []).extend(figure_paths(self, figure))
         return out
 
-    def targets(self, settings: dict, models: list[str]) -> list[str]:
-        """Every output for the configured models and corpora ([] when switched off)."""
+    def targets(self, settings: dict, models: list[str], every_layer: bool = True) -> list[str]:
+        """Every output for the configured models and corpora ([] when switched off); without
+        the `every_layer` tables and their figures when a subset of layers is analysed."""
         if not settings.get("enabled", True):
             return []
         files = self.files()
         out = [
             p.format(model=m, corpus=c)
             for c in self.corpora(settings)
-            for p in self.corpus_files(settings, c)
+            for p in self.corpus_files(settings, c, every_layer)
             for m in models
         ]
         out += [p.format(model=m) for p in files.get("model", []) for m in models]
         return out + files.get("all", [])
 
-    def corpus_files(self, settings: dict, corpus: str) -> list[str]:
-        """Path patterns of the corpus-scope tables and figures made for `corpus`."""
+    def corpus_files(self, settings: dict, corpus: str, every_layer: bool = True) -> list[str]:
+        """Path patterns of the corpus-scope tables and figures made for `corpus` (without
+        the `every_layer` tables and their figures when `every_layer` is False)."""
         if self.folder:
             return [self.folder_path()]
         roles = [names for key, names in self.corpus_roles.items() if settings.get(key) == corpus]
         wanted = set().union(*roles) if self.corpus_roles else None
+        left_out = set() if every_layer else set(self.every_layer)
         out = [
-            self.table(f) for f in self.tables.get("corpus", ()) if wanted is None or f in wanted
+            self.table(f)
+            for f in self.tables.get("corpus", ())
+            if (wanted is None or f in wanted) and f not in left_out
         ]
         for figure in self.figures:
-            if figure.scope == "corpus" and (wanted is None or figure.name in wanted):
+            if figure.scope != "corpus" or left_out & set(figure.tables):
+                continue
+            if wanted is None or figure.name in wanted:
                 out += figure_paths(self, figure)
         return out
+
+    def needs_every_layer(self) -> bool:
+        """Whether every corpus table of the family needs every layer's states."""
+        corpus = self.tables.get("corpus", ())
+        return bool(corpus) and set(corpus) <= set(self.every_layer)
 
 
 def figure_paths(family: Family, figure: Figure) -> list[str]:

@@ -2,7 +2,8 @@
 
 With `shards: S` (S > 1) a sharded family runs S jobs per model and corpus (rule
 `<family>_shard`, wildcard `shard` = 1..S). Shard k analyses the k-th of S consecutive,
-nearly equal blocks of layers (`shard_layers`) and writes its accumulators (`save_part`)
+nearly equal blocks of the analysed layers (every layer, or the `layers:` setting's;
+`shard_layers`) and writes its accumulators (`save_part`)
 and its layers' maps. The family's own rule then gathers them: the accumulators `merged`
 (`core.streaming`: every statistic of a layer lives in one shard, so the merge is exact)
 and the map datasets copied into the one maps file, so its tables are those of one job.
@@ -23,16 +24,23 @@ class ShardError(ValueError):
     """A shard setting the model cannot take (more shards than layers)."""
 
 
-def shard_layers(n_layers: int, shards: int, shard: int) -> list[int]:
-    """The layers (0-based) of shard `shard` (1-based) of `shards`: consecutive blocks whose
-    sizes differ by at most one, the larger first."""
-    if shards > n_layers:
-        raise ShardError(f"config: shards is {shards}, but the model has {n_layers} layers")
+def shard_layers(layers: int | list[int], shards: int, shard: int) -> list[int]:
+    """The layers (0-based) of shard `shard` (1-based) of `shards` among `layers` (0-based,
+    in order; an int n: 0..n - 1): consecutive blocks whose sizes differ by at most one, the
+    larger first."""
+    layers = list(range(layers)) if isinstance(layers, int) else list(layers)
+    if shards > len(layers):
+        raise ShardError(f"config: shards is {shards}, but {len(layers)} layers are analysed")
     if not 1 <= shard <= shards:
         raise ShardError(f"shard {shard} is not one of 1..{shards}")
-    size, extra = divmod(n_layers, shards)
+    size, extra = divmod(len(layers), shards)
     start = (shard - 1) * size + min(shard - 1, extra)
-    return list(range(start, start + size + (shard <= extra)))
+    return layers[start : start + size + (shard <= extra)]
+
+
+def layers_text(layers: list[int]) -> str:
+    """0-based layers as the 1-based numbers a log names."""
+    return ", ".join(str(l + 1) for l in layers)
 
 
 def save_part(path: str | Path, part) -> None:
@@ -74,9 +82,10 @@ def sharded_analysis(snakemake, log, analyse: Callable):
       and their maps (input `part_maps`) copied into `output.maps`;
     - otherwise `analyse(loaded, store, maps, layers)` with the model (`open_model`, the
       `loading` setting), the hidden-state store, the open `output.maps` HDF5 file (None
-      when the family writes none) and the 0-based layers to analyse: a shard's block, or
-      None (all) in the one job of shards: 1. A shard's rule passes `shards` as a param,
-      so that another shard count reruns the shards.
+      when the family writes none) and the 0-based layers to analyse: those the store was
+      made for (`layers:`), or a shard's block of them; None (all) in the one job of
+      shards: 1 with every layer. A shard's rule passes `shards` as a param, so that
+      another shard count reruns the shards.
     """
     from attnscope.core.store import HiddenStates, atomic_h5
     from attnscope.pipeline.models import open_model
@@ -96,13 +105,15 @@ def sharded_analysis(snakemake, log, analyse: Callable):
         hidden_states=snakemake.input.hidden_states,
         loading=snakemake.config["loading"],
     )
-    shard, layers = snakemake.wildcards.get("shard"), None
-    if shard:
-        layers = shard_layers(loaded.weights.n_layers, snakemake.params.shards, int(shard))
-        log.info("shard %s: layers %d to %d", shard, layers[0] + 1, layers[-1] + 1)
+    shard = snakemake.wildcards.get("shard")
     opened = atomic_h5(maps_path) if maps_path else nullcontext()
     with HiddenStates(snakemake.input.hidden_states) as store, opened as maps:
         log.info("%d sequences of at most %d pieces", store.n_sequences, store.length)
+        layers = None if len(store.layers) == store.n_layers else store.layers
+        if shard:
+            layers = shard_layers(store.layers, snakemake.params.shards, int(shard))
+        if layers is not None:
+            log.info("%s layers %s", f"shard {shard}:" if shard else "the", layers_text(layers))
         result = analyse(loaded, store, maps, layers)
     if not shard:
         return result

@@ -56,8 +56,8 @@ def corpus_pass(
 
     Every stage of every batch is checked against the real module output (attention from the
     module itself, the last residual state from the stored next hidden state when the store is
-    float32) and the FF split's completeness against g(U) W_out + b_out; a relative residual
-    above `max_rel_residual` raises `checks.CheckError`.
+    float32 and keeps it) and the FF split's completeness against g(U) W_out + b_out; a
+    relative residual above `max_rel_residual` raises `checks.CheckError`.
     """
     N, L = store.n_sequences, store.length
     maps.attrs["scopes"] = list(SCOPES)
@@ -84,7 +84,7 @@ def corpus_pass(
             pairs = layer_visible_pairs(mask, layer)
             with torch.no_grad():
                 X_next = None
-                if stored_exact:
+                if stored_exact and store.stores(l + 1):  # else recomputed from X
                     X_next = torch.from_numpy(store.hidden(l + 1, batch.start, batch.stop)[:, :n])
                     X_next = X_next.to(device)
 

@@ -43,4 +43,12 @@ FAMILY = Family(
         Figure("prediction", "corpus", ("prediction.tsv",), ("prediction_examples",)),
     ),
     map_bytes=map_bytes,
+    # carried through the whole depth to the prediction
+    every_layer=(
+        "propagated.h5",
+        "propagated_mixing.tsv",
+        "rollout.tsv",
+        "prediction.tsv",
+        "propagation_check.tsv",
+    ),
 )

@@ -18,6 +18,12 @@ from attnscope.core.store import batch_spans
 from attnscope.maps.scopes import SCOPES
 
 
+def map_layers(maps: h5py.File) -> list[int]:
+    """The layers (1-based, in order) whose maps `maps.h5` holds: every layer, or the
+    `layers:` setting's."""
+    return sorted(int(name) for name in maps[SCOPES[0]])
+
+
 def ff_pairs_table(
     maps: h5py.File,
     input_ids: np.ndarray,
@@ -30,11 +36,11 @@ def ff_pairs_table(
     (over the pairs each layer sees: causal, sliding window); input_ids, attention_mask [N, L]
     of the corpus. Batches as in mixing_compute, so the sums
     (and the table) are the same as computed there."""
-    n_layers = len(maps["AttnResLn"])
+    layers = map_layers(maps)
     lengths = attention_mask.sum(axis=1)
-    pairs = FfPairs(n_layers)
-    windows = maps.attrs.get("sliding_window", [0] * n_layers)  # 0: the layer has none
-    for l in range(n_layers):
+    pairs = FfPairs(layers[-1])
+    windows = maps.attrs.get("sliding_window", [0] * layers[-1])  # 0: the layer has none
+    for l in (layer - 1 for layer in layers):
         before, after = maps[f"AttnResLn/{l + 1}"], maps[f"AttnResLnFf/{l + 1}"]
         for start, stop, n in batch_spans(lengths, batch_size):
             mask = torch.from_numpy(attention_mask[start:stop, :n].astype(np.int64))
@@ -65,7 +71,7 @@ def example_maps_table(
     pieces = [token_of(int(t)) for t in input_ids[sequence, :length]]
     query, key = np.meshgrid(np.arange(length), np.arange(length), indexing="ij")
     frames = []
-    for layer in range(1, len(maps[SCOPES[0]]) + 1):
+    for layer in map_layers(maps):
         for scope in SCOPES:
             values = maps[f"{scope}/{layer}"][sequence, :length, :length].astype(np.float32)
             frames.append(

@@ -311,14 +311,17 @@ class RotaryResult:
 def rotary_pass(
     store: HiddenStates, weights: CanonicalModel, *, t_max: int, batch_size: int, device: str
 ) -> RotaryResult:
-    """The band statistics of every layer, one layer's accumulators at a time, streaming the
-    store's batches (as `corpus_pass.trt_pass`)."""
+    """The band statistics of every layer the store was made for (`layers:`; the others' are
+    NaN), one layer's accumulators at a time, streaming the store's batches (as
+    `corpus_pass.trt_pass`)."""
     summaries = []
     for l, layer in enumerate(weights.layers):
         stats = RotaryStatistics(layer, store.length, t_max, device)
-        for batch in store.batches(l, batch_size, device):
-            stats.update(batch.X, batch.mask)
-        summaries.append(stats.summary())  # the accumulators go with `stats`
+        if l in store.layers:
+            for batch in store.batches(l, batch_size, device):
+                stats.update(batch.X, batch.mask)
+        with np.errstate(invalid="ignore", divide="ignore"):  # a layer left out: no pairs
+            summaries.append(stats.summary())  # the accumulators go with `stats`
     return RotaryResult.collect(summaries)
 
 

@@ -69,4 +69,5 @@ FAMILY = Family(
         "coref_corpus": COREF + ("coref_heads",),
     },
     needs=(Needs("mixing", tables=mixing_tables),),
+    every_layer=SYNTAX + COREF,  # every head of every layer is a candidate and a feature
 )

@@ -23,4 +23,6 @@ FAMILY = Family(
         Figure("head_map", "corpus", ("head_map.tsv",)),
         Figure("dendrogram", "corpus", ("head_map.tsv", "linkage.tsv")),
     ),
+    # the backward pass runs through every layer; the distances compare every head at once
+    every_layer=("gradients.tsv", "head_distances.tsv", "head_map.tsv", "linkage.tsv"),
 )

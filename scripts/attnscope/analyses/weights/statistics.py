@@ -205,6 +205,6 @@ def accumulate_statistics(
             category = torch.from_numpy(batch.category.astype(np.int64))
             stats, uniform = sequence_statistics(alpha, batch.mask, category, layer.causal)
             acc.add(l, stats)
-            if l == 0:
+            if l == store.layers[0]:  # the same for every layer: added once, by one shard
                 acc.add_uniform(uniform)
     return acc

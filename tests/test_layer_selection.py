@@ -1,0 +1,106 @@
+"""The `layers:` setting: a store keeps only the states the chosen layers read, on both
+extraction routes, with the same values as a store of every layer."""
+
+import h5py
+import numpy as np
+import pandas as pd
+import pytest
+
+from attnscope.core.layer_selection import LayerSelectionError, selected_layers, stored_states
+from attnscope.core.store import HiddenStates, StateNotStoredError
+from attnscope.pipeline.extract import extract, extract_streamed
+from conftest import tiny_model, write_tiny_encoded
+
+HEADS = {"bert": "mlm", "llama": "causal"}
+
+
+def test_a_selection_names_its_layers_and_the_states_they_read():
+    assert selected_layers("all", 4) == [0, 1, 2, 3]
+    assert selected_layers([4, 2], 4) == [1, 3]
+    assert stored_states([1, 3], 4) == [1, 3, 4]  # inputs of layers 2 and 4, and the last output
+    assert stored_states([0, 2], 4) == [0, 2]
+    assert stored_states([0, 1, 2, 3], 4) == [0, 1, 2, 3, 4]
+    with pytest.raises(LayerSelectionError, match=r"layers names layer 5, but model 'm' has 4"):
+        selected_layers([1, 5], 4, "model 'm'")
+    with pytest.raises(LayerSelectionError, match="layers names layer 0"):
+        selected_layers([0], 4)
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
+@pytest.mark.parametrize("chosen", [[2], [1, 3], [3]])
+def test_a_subset_store_keeps_the_states_of_its_layers_on_both_routes(tmp_path, family, chosen):
+    """Every state of the subset store equals the full store's to float rounding (two runs of
+    the same forward on this CPU once differed in the last bit); no other state is written, the
+    streamed route's scratch file is gone, and reading a left-out state names the setting."""
+    model = tiny_model(family, head=HEADS.get(family, "base"), layers=3)
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", family, batch=5, length=16)
+    extract(model, encoded, tmp_path / "full.h5", batch_size=2, device="cpu")
+    extract(model, encoded, tmp_path / "whole.h5", batch_size=2, device="cpu", layers=chosen)
+    extract_streamed(folder, encoded, tmp_path / "streamed.h5", 2, "cpu", layers=chosen)
+    expected = stored_states([l - 1 for l in chosen], 3)
+    with h5py.File(tmp_path / "full.h5") as full:
+        for route in ("whole", "streamed"):
+            with h5py.File(tmp_path / f"{route}.h5") as subset:
+                assert sorted(int(s) for s in subset["hidden"]) == expected, route
+                assert list(subset.attrs["layers"]) == chosen
+                assert subset.attrs["n_layers"] == 3
+                for state in expected:
+                    x, y = full[f"hidden/{state}"][()], subset[f"hidden/{state}"][()]
+                    tolerance = 1e-6 if route == "whole" else 1e-5  # one forward, or layer by layer
+                    atol = tolerance * float(np.abs(x).max())
+                    np.testing.assert_allclose(y, x, rtol=0, atol=atol, err_msg=f"{route} {state}")
+    assert not list(tmp_path.glob("*scratch*"))
+    with HiddenStates(tmp_path / "streamed.h5") as store:
+        assert store.layers == [l - 1 for l in chosen] and store.n_layers == 3
+        left_out = min(set(range(4)) - set(expected))
+        with pytest.raises(StateNotStoredError, match=f"not hidden/{left_out}.*layers: all"):
+            store.hidden(left_out)
+
+
+def test_a_subset_stores_rotary_bands_and_mixing_equal_the_full_stores(tmp_path):
+    """Llama, 3 layers, `layers: [1, 3]`: the store lacks layer 1's output, so mixing's last
+    stage is checked against the module recomputed from X; the rotary bands, the mixing
+    ratios and the maps of layers 1 and 3 equal those of the store of every layer."""
+    from attnscope.analyses.mixing.corpus_pass import corpus_pass
+    from attnscope.analyses.position import rotary
+    from attnscope.architectures import canonical_weights
+    from attnscope.core.store import atomic_h5
+
+    model = tiny_model("llama", layers=3)
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", "llama", batch=5, length=16)
+    extract(model, encoded, tmp_path / "full.h5", batch_size=2, device="cpu")
+    extract(model, encoded, tmp_path / "subset.h5", batch_size=2, device="cpu", layers=[1, 3])
+    weights = canonical_weights(model)
+    results = {}
+    for name in ("full", "subset"):
+        with HiddenStates(tmp_path / f"{name}.h5") as store:
+            assert store.stores(1) == (name == "full")
+            bands = rotary.band_table(
+                rotary.rotary_pass(store, weights, t_max=4, batch_size=2, device="cpu")
+            )
+            with atomic_h5(tmp_path / f"{name}-maps.h5") as maps:
+                mixing = corpus_pass(
+                    store, weights, model, maps, batch_size=2, device="cpu", ig_steps=0,
+                    max_rel_residual=1e-4, maps_dtype="float32",
+                    layers=None if name == "full" else store.layers,
+                )  # fmt: skip
+        results[name] = bands, mixing.ratios.table(), mixing.check
+    for full, subset in zip(results["full"], results["subset"], strict=True):
+        expected, got = of_layers(full, [1, 3]), of_layers(subset, [1, 3])
+        assert sorted(set(expected["layer"])) == [1, 3]
+        pd.testing.assert_frame_equal(got, expected, rtol=1e-5, atol=1e-6)
+    with h5py.File(tmp_path / "full-maps.h5") as a, h5py.File(tmp_path / "subset-maps.h5") as b:
+        for scope in a:
+            assert sorted(b[scope]) == ["1", "3"]
+            for layer in ("1", "3"):
+                np.testing.assert_allclose(b[scope][layer][()], a[scope][layer][()], atol=1e-6)
+
+
+def of_layers(table: pd.DataFrame, layers: list[int]) -> pd.DataFrame:
+    """The rows of `table` whose `layer` is one of `layers` (summaries over layers left out),
+    with an integer layer column."""
+    numbers = pd.to_numeric(table["layer"], errors="coerce")
+    rows = table[numbers.isin(layers)].reset_index(drop=True)
+    return rows.assign(layer=pd.to_numeric(rows["layer"]).astype(int))
