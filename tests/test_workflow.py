@@ -370,6 +370,14 @@ def test_the_device_alone_reruns_nothing(tiny_run):
     assert rules <= {"all", "config_snapshot"}, rules
 
 
+def compare_results(before: Path, after: Path) -> subprocess.CompletedProcess:
+    """tools/compare_results.py on two results folders, within the README's promise across
+    runs (1e-5 of each column's largest value)."""
+    tool = str(ROOT / "tools" / "compare_results.py")
+    command = [sys.executable, tool, str(before), str(after), "--rtol", "1e-5"]
+    return subprocess.run(command, capture_output=True, text=True)
+
+
 def test_layer_streamed_loading_gives_the_whole_models_results(tiny_run, tmp_path):
     """`loading: layer-streamed` (the route for models larger than memory), run in a fresh
     folder: extraction layer by layer, every per-layer analysis reading one layer's weights
@@ -392,12 +400,7 @@ def test_layer_streamed_loading_gives_the_whole_models_results(tiny_run, tmp_pat
         assert found and all("loading route: layer-streamed" in p.read_text() for p in found)
     gradients = (tmp_path / logs / "weights_gradients.log").read_text()
     assert "masked LM head on cpu, route layer-streamed" in gradients  # the layerwise backward
-    compare = [sys.executable, str(ROOT / "tools" / "compare_results.py")]
-    compared = subprocess.run(
-        [*compare, str(workdir / "results"), str(tmp_path / "results"), "--rtol", "1e-5"],
-        capture_output=True,
-        text=True,
-    )
+    compared = compare_results(workdir / "results", tmp_path / "results")
     differences = compared.stdout.splitlines()[:-1]  # the last line counts the files
     assert differences == ["software/config.yaml: bytes differ"], compared.stdout[-3000:]
     rules = scheduled_rules(snakemake(workdir, streamed, "--dry-run"))
@@ -435,11 +438,7 @@ def test_two_layer_shards_gather_the_unsharded_tables_and_maps(tiny_run, tmp_pat
         for target in targets:
             (tmp_path / name / target).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(run / target, tmp_path / name / target)
-    compared = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "compare_results.py"),
-         str(tmp_path / "one-job"), str(tmp_path / "sharded"), "--rtol", "1e-5"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+    compared = compare_results(tmp_path / "one-job", tmp_path / "sharded")
     assert compared.returncode == 0, compared.stdout[-3000:]
     assert f"{len(targets)} files" in compared.stdout, compared.stdout
 
@@ -492,11 +491,7 @@ def test_a_layer_subset_stores_and_analyses_those_layers_alone(tiny_run, tmp_pat
     shutil.copy(
         run / "wiki/norms/massive_activations.tsv", tmp_path / "subset/wiki/norms/massive.tsv"
     )
-    compared = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "compare_results.py"),
-         str(tmp_path / "expected"), str(tmp_path / "subset"), "--rtol", "1e-5"],
-        capture_output=True, text=True,
-    )  # fmt: skip
+    compared = compare_results(tmp_path / "expected", tmp_path / "subset")
     assert compared.returncode == 0, compared.stdout[-3000:]
     n_files = sum(map(len, per_layer.values())) + 1
     assert f"{n_files} files in both" in compared.stdout, compared.stdout
