@@ -462,7 +462,7 @@ def test_a_layer_subset_stores_and_analyses_those_layers_alone(tiny_run, tmp_pat
     with h5py.File(run / "wiki/hidden_states.h5") as store:
         assert sorted(store["hidden"]) == ["1", "2"]
     assert not list(run.rglob("*scratch*"))
-    assert "the layers 2" in (run / "wiki/logs/norms_compute.log").read_text()
+    assert "analysing layers 2\n" in (run / "wiki/logs/norms_compute.log").read_text()
     per_layer = {
         "wiki/norms": (
             "x_dispersion.tsv", "fx_dispersion.tsv", "sep_heads.tsv", "token_class_layer.tsv",

@@ -80,7 +80,7 @@ def planned_files(config: dict, families: dict[str, Family], results: Path) -> l
         model_config = read_model_config(model, folder)
         n_layers, d_model = architecture(model_config["model_type"]).dimensions(model_config)
         layers = selected_layers(config.get("layers", "all"), n_layers, f"model {model!r}")
-        every_layer = len(layers) == n_layers and config.get("layers", "all") == "all"
+        every_layer = config.get("layers", "all") == "all"  # else the every_layer files: none
         for corpus, corpus_families in readers.items():
             settings = config["corpora"][corpus]
             out = results / model / corpus

@@ -113,7 +113,8 @@ def sharded_analysis(snakemake, log, analyse: Callable):
         if shard:
             layers = shard_layers(store.layers, snakemake.params.shards, int(shard))
         if layers is not None:
-            log.info("%s layers %s", f"shard {shard}:" if shard else "the", layers_text(layers))
+            part = f" (shard {shard})" if shard else ""
+            log.info("analysing layers %s%s", layers_text(layers), part)
         result = analyse(loaded, store, maps, layers)
     if not shard:
         return result
