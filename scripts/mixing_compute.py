@@ -3,6 +3,7 @@ all layers in one job, one layer shard's (rule mixing_shard), or the shards gath
 
 from attnscope.analyses.mixing.corpus_pass import corpus_pass
 from attnscope.core.files import write_table
+from attnscope.core.store import analysed_layers
 from attnscope.core.tables import layer_rows
 from attnscope.pipeline import runlog
 from attnscope.pipeline.shards import sharded_analysis
@@ -31,7 +32,7 @@ def analyse(loaded, store, maps, layers):
 
 result = sharded_analysis(snakemake, log, analyse)
 if result is not None:
-    layers = snakemake.config["layers"]  # the tables' rows: these layers' (all: every)
+    layers = analysed_layers(snakemake.input.hidden_states)
     write_table(layer_rows(result.ratios.table(), layers), output.mixing_ratio)
     write_table(layer_rows(result.rsa.table(), layers), output.rsa)
     write_table(result.check, output.decomposition_check)

@@ -3,13 +3,13 @@ all layers in one job, one layer shard's (rule norms_shard), or the shards gathe
 
 from attnscope.analyses.norms.corpus_pass import corpus_pass
 from attnscope.core.files import write_table
+from attnscope.core.store import analysed_layers
 from attnscope.core.tables import layer_rows
 from attnscope.pipeline import runlog
 from attnscope.pipeline.shards import sharded_analysis
 
 log = runlog.start(snakemake)
 params = snakemake.params
-LAYERS = snakemake.config["layers"]  # the tables' rows: these layers' (all: every)
 
 
 def analyse(loaded, store, maps, layers):
@@ -34,9 +34,11 @@ if result is not None:
     accumulator, residual = result
     tables = accumulator.tables(params.sample_rate, params.scatter_max_points)
     tables["decomposition_check"] = residual
-    massive = tables["massive_activations"]  # by state (0: the embeddings): those read
-    tables["massive_activations"] = massive[massive["n_sequences"] > 0]
+    layers = analysed_layers(snakemake.input.hidden_states)
     for name, table in tables.items():
-        rows = table if name == "massive_activations" else layer_rows(table, LAYERS)
-        write_table(rows, snakemake.output[name])
+        if name == "massive_activations":  # its rows are states (0: the embeddings): those read
+            table = table[table["n_sequences"] > 0]
+        else:
+            table = layer_rows(table, layers)
+        write_table(table, snakemake.output[name])
     log.info("wrote %d tables and %s", len(tables), snakemake.output.maps)

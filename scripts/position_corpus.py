@@ -7,6 +7,7 @@ from attnscope.analyses.position import corpus_pass as position_pass
 from attnscope.analyses.position.diagonals import select_heads
 from attnscope.core import checks
 from attnscope.core.files import write_table
+from attnscope.core.store import analysed_layers
 from attnscope.core.tables import layer_rows, not_applicable
 from attnscope.pipeline import runlog
 from attnscope.pipeline.shards import sharded_analysis
@@ -17,9 +18,12 @@ output = snakemake.output
 offsets = list(range(-params.t_max, params.t_max + 1))
 
 
+table_layers = analysed_layers(snakemake.input.hidden_states)  # the rows the tables keep
+
+
 def write(table, path):
-    """Write a table with the rows of the `layers:` setting's layers (all: every row)."""
-    write_table(layer_rows(table, snakemake.config["layers"]), path)
+    """Write a table with the rows of the layers the store was made for."""
+    write_table(layer_rows(table, table_layers), path)
 
 
 def analyse(loaded, store, maps, layers):

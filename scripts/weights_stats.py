@@ -3,6 +3,7 @@ all layers in one job, one layer shard's (rule weights_shard), or the shards gat
 
 from attnscope.analyses.weights.statistics import accumulate_statistics
 from attnscope.core.files import write_table
+from attnscope.core.store import analysed_layers
 from attnscope.core.tables import layer_rows
 from attnscope.pipeline import runlog
 from attnscope.pipeline.shards import sharded_analysis
@@ -19,7 +20,7 @@ def analyse(loaded, store, maps, layers):
 accumulator = sharded_analysis(snakemake, log, analyse)
 if accumulator is not None:
     heads, layers = accumulator.tables()
-    chosen = snakemake.config["layers"]  # the tables' rows: these layers' (all: every)
+    chosen = analysed_layers(snakemake.input.hidden_states)
     write_table(layer_rows(heads, chosen), output.heads)
     write_table(layer_rows(layers, chosen), output.layers)
     log.info("wrote %s and %s", output.heads, output.layers)

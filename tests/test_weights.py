@@ -393,7 +393,7 @@ def run_script(name, inputs, outputs, device="cpu", **params):
         output=Namedlist(fromdict={k: str(v) for k, v in outputs.items()}),
         params=SimpleNamespace(**params),
         wildcards=Namedlist(fromdict={}),  # no `shard`: one job over every layer
-        config={"device": device, "loading": "auto", "layers": "all"},
+        config={"device": device, "loading": "auto"},
         log=[],
         rule=name,
     )

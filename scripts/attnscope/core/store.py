@@ -159,6 +159,20 @@ class Batch:
     word_ids: np.ndarray
 
 
+def layer_numbers(store: h5py.File) -> list[int]:
+    """The 1-based layers an open hidden_states.h5 was made for: the `layers:` setting's, or
+    every layer (a store written before the setting has no `layers` attribute)."""
+    n_layers = int(store.attrs.get("n_layers", len(store["hidden"]) - 1))
+    return [int(l) for l in store.attrs.get("layers", [])] or list(range(1, n_layers + 1))
+
+
+def analysed_layers(path: str | Path) -> list[int]:
+    """The 1-based layers the hidden_states.h5 at `path` was made for (`layer_numbers`): the
+    rows a per-layer family's tables keep."""
+    with open_store(path) as store:
+        return layer_numbers(store)
+
+
 class HiddenStates:
     """Read access to `hidden_states.h5`. Token arrays are small and kept in memory;
     hidden states are read one layer and one batch at a time."""
@@ -171,9 +185,7 @@ class HiddenStates:
         self.n_sequences, self.length = self.input_ids.shape
         self.states = sorted(int(name) for name in self._file["hidden"])
         self.n_layers = int(self._file.attrs.get("n_layers", len(self.states) - 1))
-        self.layers = [int(l) - 1 for l in self._file.attrs.get("layers", [])] or list(
-            range(self.n_layers)
-        )  # 0-based, the layers the store was made for
+        self.layers = [l - 1 for l in layer_numbers(self._file)]  # 0-based, those analysed
         self.d_model = self._file[f"hidden/{self.states[0]}"].shape[-1]
         self.storage_dtype = str(self._file.attrs.get("dtype", "float32"))  # or (b)float16
         # float32 states of a float32 forward: X_{l+1} is layer l's float32 output, so checks

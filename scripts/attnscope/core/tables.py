@@ -44,11 +44,11 @@ def is_not_applicable(table: pd.DataFrame) -> bool:
     return "status" in table and str(table["status"].iloc[0]).startswith(NOT_APPLICABLE)
 
 
-def layer_rows(table: pd.DataFrame, layers) -> pd.DataFrame:
-    """The rows of `table` for the `layers:` setting (`all`, or 1-based layer numbers): rows
-    whose `layer` column names another layer are left out; rows of no single layer (such as
-    a summary over layers) and tables without a `layer` column are kept whole."""
-    if layers in (None, "all") or "layer" not in table:
+def layer_rows(table: pd.DataFrame, layers: list[int]) -> pd.DataFrame:
+    """The rows of `table` for the 1-based `layers` (those a store was made for): rows whose
+    `layer` column names another layer are left out; rows of no single layer (such as a
+    summary over layers) and tables without a `layer` column are kept whole."""
+    if "layer" not in table:
         return table
     numbers = pd.to_numeric(table["layer"], errors="coerce")
     other = numbers.notna() & ~numbers.isin(list(layers))
