@@ -141,3 +141,83 @@ def test_jobs_refuse_states_made_with_other_weights(tmp_path):
     plain, _ = write_tiny_store(tmp_path, "gpt2")  # made without the manifest's hash
     with pytest.raises(ModelChangedError):
         open_model(path, hidden_states=plain)
+
+
+# ---- issue 35, items 14 and 21: weight files checked at acquisition and before any job ----
+
+
+def sharded_bert(folder: Path) -> list[Path]:
+    """A tiny BERT saved in shards of at most 10 kB, with a tokenizer file: its shards."""
+    tiny_model("bert").save_pretrained(folder, max_shard_size="10KB")
+    (folder / "vocab.txt").write_text(SPECIAL_VOCAB)
+    shards = sorted(folder.glob("model-*.safetensors"))
+    assert len(shards) > 2 and (folder / "model.safetensors.index.json").is_file()
+    return shards
+
+
+def test_acquisition_refuses_a_missing_shard(tmp_path):
+    shards = sharded_bert(tmp_path)
+    spec = {"source": "path", "path": str(tmp_path)}
+    assert set(build_manifest("sharded", spec)["weights_sha256"]) == {p.name for p in shards}
+    shards[1].unlink()
+    with pytest.raises(ModelNotFoundError) as caught:
+        build_manifest("sharded", spec)
+    message = str(caught.value)
+    assert f"model.safetensors.index.json names {shards[1].name}, which {tmp_path} lacks" in message
+    assert "download the model again" in message
+
+
+@pytest.mark.parametrize("damage", ["truncated", "longer", "header"])
+def test_acquisition_refuses_a_damaged_shard_by_name(tmp_path, damage):
+    """A shard cut short, with bytes beyond its tensors, or with a garbled header is named
+    at acquisition, from its header alone, instead of failing later in a job."""
+    shard = sharded_bert(tmp_path)[1]
+    if damage == "truncated":
+        os.truncate(shard, shard.stat().st_size - 1)
+    elif damage == "longer":
+        with shard.open("ab") as f:
+            f.write(b"\0")
+    else:
+        with shard.open("r+b") as f:
+            f.seek(8)
+            f.write(b"#")  # the header's opening brace: no JSON any more
+    expected = {"truncated": "is truncated", "longer": "longer than its tensors"}
+    with pytest.raises(ModelNotFoundError) as caught:
+        build_manifest("sharded", {"source": "path", "path": str(tmp_path)})
+    message = str(caught.value)
+    assert str(shard) in message and "download the model again" in message
+    assert expected.get(damage, "damaged safetensors header") in message
+
+
+def test_acquisition_refuses_a_truncated_single_file_by_name(tmp_path):
+    tiny_model("bert").save_pretrained(tmp_path)
+    (tmp_path / "vocab.txt").write_text(SPECIAL_VOCAB)
+    weights = tmp_path / "model.safetensors"
+    os.truncate(weights, weights.stat().st_size // 2)
+    with pytest.raises(ModelNotFoundError, match=f"{weights} is truncated"):
+        build_manifest("cut", {"source": "path", "path": str(tmp_path)})
+
+
+def test_a_model_folder_without_weights_is_refused_before_any_job(tmp_path):
+    """Issue 35, item 21: config.json and a tokenizer but no weights: the checks before any
+    job name the folder and what it lacks (not the layer-streamed route's hint). A path to
+    a .gguf file is left to the GGUF check."""
+    from attnscope.pipeline.config_checks import check_models
+    from attnscope.pipeline.models import require_weights
+
+    folder = tmp_path / "weightless"
+    tiny_model("bert").save_pretrained(folder)
+    (folder / "vocab.txt").write_text(SPECIAL_VOCAB)
+    (folder / "model.safetensors").unlink()
+    (folder / "model.gguf").write_bytes(b"GGUF")  # not one of the files transformers reads
+    config = {
+        "models": {"w": {"source": "path", "path": str(folder)}},
+        "mirror": "",
+        "corpora": {},
+        "loading": "layer-streamed",
+    }
+    with pytest.raises(ModelNotFoundError, match=f"{folder} has no weight files"):
+        check_models(config)
+    with pytest.raises(ModelNotFoundError, match=f"{folder} has no weight files"):
+        build_manifest("w", config["models"]["w"])
+    require_weights("gguf", folder / "model.gguf")  # a .gguf file: not this check's to refuse

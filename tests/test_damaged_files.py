@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
-from attnscope.architectures import load_model
+from attnscope.architectures import MismatchedWeightsError, lm_head_kind, load_model
 from attnscope.core.files import remove_stale_partials
 from attnscope.core.store import DamagedStoreError, HiddenStates
 from attnscope.data.datasets import DATA_FILES
-from conftest import tiny_model, write_tiny_store
+from attnscope.pipeline.models import build_manifest
+from conftest import (
+    CLASSIC,
+    DECODERS,
+    SPECIAL_VOCAB,
+    tiny_config,
+    tiny_model,
+    write_tiny_store,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPTS = ROOT / "scripts"
@@ -158,3 +168,124 @@ def test_corrupt_mirror_file_shows_the_checksum_error_on_the_console(tmp_path):
     assert "ChecksumError" in done.stderr and "SHA-256" in done.stderr and relpath in done.stderr
     assert "Traceback" in log.read_text()
     assert not (tmp_path / "out").exists()
+
+
+# ---- issue 35, item 1: a checkpoint that does not match config.json --------------------------
+
+ALL_FAMILIES = (*CLASSIC, *DECODERS)
+LAYER = re.compile(r"(^|\.)(layer|layers|h)\.(\d+)\.")  # a tensor inside a layer
+
+
+def save_with_head(folder: Path, family: str, head: str = "head", tied: bool = False) -> Path:
+    """A tiny model of `family` saved as a folder: bare ("base"), or with its LM head
+    ("head"; `tied`: a decoder whose head shares the word embeddings, and is not stored)."""
+    from transformers import AutoModelForCausalLM
+
+    if tied:
+        config = tiny_config(family)
+        config.tie_word_embeddings = True
+        torch.manual_seed(0)
+        AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+        return folder
+    masked = family in ("bert", "roberta", "electra")
+    kind = {"base": "base", "head": "mlm" if masked else "causal"}[head]
+    tiny_model(family, head=kind).save_pretrained(folder)
+    return folder
+
+
+def rewrite_layers(folder: Path, change) -> list[str]:
+    """Rewrite model.safetensors with `change(tensors)` applied; returns the names it dropped
+    or added."""
+    from safetensors.torch import load_file, save_file
+
+    path = folder / "model.safetensors"
+    tensors = load_file(path)
+    changed = change(tensors)
+    save_file(tensors, path, metadata={"format": "pt"})
+    return changed
+
+
+def drop_last_layer(tensors: dict) -> list[str]:
+    """Remove layer 1 (the last of the tiny models' 2) from a state dict."""
+    dropped = [k for k in tensors if (m := LAYER.search(k)) and m.group(3) == "1"]
+    for key in dropped:
+        del tensors[key]
+    return dropped
+
+
+def add_a_layer(tensors: dict) -> list[str]:
+    """Add a layer 2 (a copy of layer 1) beyond config.json's 2 layers."""
+    added = {}
+    for key, value in tensors.items():
+        if (m := LAYER.search(key)) and m.group(3) == "1":
+            added[key[: m.start(3)] + "2" + key[m.end(3) :]] = value.clone()
+    tensors.update(added)
+    return sorted(added)
+
+
+def routes(folder: Path):
+    """(name, loader) of every way attnscope opens a checkpoint: acquisition (from the
+    headers), the whole-model route and the layer-streamed one, bare and with the LM head
+    where the checkpoint has one."""
+    from attnscope.pipeline.layer_stream import LayerStream
+
+    kind = lm_head_kind(str(folder))
+    (folder / "vocab.txt").write_text(SPECIAL_VOCAB)  # a tokenizer file, for acquisition
+    yield "acquisition", lambda: build_manifest("m", {"source": "path", "path": str(folder)})
+    yield "whole-model", lambda: load_model(str(folder))
+    yield "layer-streamed", lambda: LayerStream(folder)
+    if kind is not None:
+        yield f"whole-model {kind}", lambda: load_model(str(folder), head=kind)
+        yield f"layer-streamed {kind}", lambda: LayerStream(folder).head_model(kind)
+
+
+@pytest.mark.parametrize("family", ALL_FAMILIES)
+def test_every_family_loads_cleanly_on_both_routes(tmp_path, family):
+    """A checkpoint saved bare and one saved with its LM head pass acquisition and load on
+    both routes, bare and with the head: the head's tensors beside a bare model, BERT's
+    pooler absent from a masked-LM checkpoint and a tied head (GPT-2's; a decoder's with
+    tie_word_embeddings) are no mismatch."""
+    folders = [save_with_head(tmp_path / h, family, h) for h in ("base", "head")]
+    if family in DECODERS:
+        folders.append(save_with_head(tmp_path / "tied", family, tied=True))
+        assert lm_head_kind(str(folders[-1])) == "causal"
+    assert lm_head_kind(str(folders[1])) is not None
+    for folder in folders:
+        for route, load in routes(folder):
+            try:
+                load()
+            except MismatchedWeightsError as error:
+                pytest.fail(f"{folder.name}, {route}: {error}")
+
+
+@pytest.mark.parametrize("family", ALL_FAMILIES)
+@pytest.mark.parametrize("damage", ["truncated", "extra layer"])
+def test_weights_that_do_not_match_the_config_are_refused_on_both_routes(tmp_path, family, damage):
+    """config.json says 2 layers; the safetensors hold 1 (layer 1 dropped) or 3 (a layer 2
+    added): acquisition and every route refuse it before running, naming tensors of that
+    layer and their number, instead of drawing layer 1 at random or leaving layer 2 out
+    silently."""
+    folder = save_with_head(tmp_path / "model", family)
+    names = rewrite_layers(folder, drop_last_layer if damage == "truncated" else add_a_layer)
+    assert len(names) > 4
+    wrong = "1" if damage == "truncated" else "2"
+    said = "lacks tensors the model runs" if damage == "truncated" else "does not have"
+    for route, load in routes(folder):
+        with pytest.raises(MismatchedWeightsError) as caught:
+            load()
+        message = str(caught.value)
+        assert str(folder) in message and "(2 layers)" in message and said in message, route
+        shown = [n for n in message.replace(",", " ").split() if LAYER.search(n)]
+        assert shown and all(LAYER.search(n).group(3) == wrong for n in shown), (route, message)
+        assert "in all)" in message, (route, message)
+
+
+def test_api_load_refuses_a_truncated_checkpoint(tmp_path):
+    """`attnscope.load` takes the whole-model route: a missing layer stops it by name."""
+    import attnscope
+
+    folder = save_with_head(tmp_path / "model", "bert")
+    (folder / "vocab.txt").write_text(SPECIAL_VOCAB)  # a tokenizer file: attnscope.load reads it
+    rewrite_layers(folder, drop_last_layer)
+    with pytest.raises(MismatchedWeightsError, match=r"encoder\.layer\.1\."):
+        attnscope.load(folder)

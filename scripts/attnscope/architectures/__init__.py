@@ -19,6 +19,7 @@ SUPPORTED_MODEL_TYPES = tuple(BY_MODEL_TYPE)
 
 __all__ = [
     "Architecture",
+    "MismatchedWeightsError",
     "StreamingUnavailableError",
     "UnsupportedModelError",
     "SUPPORTED_MODEL_TYPES",
@@ -26,6 +27,7 @@ __all__ = [
     "base_model",
     "canonical_layer",
     "canonical_weights",
+    "check_weight_names",
     "checkpoint_files",
     "has_mlm_head",
     "lm_head_kind",
@@ -73,12 +75,64 @@ def load_model(path: str, device: str = "cpu", head: str | None = None, dtype: s
     architecture(AutoConfig.from_pretrained(path).model_type, f"model at {path}")
     loader = {None: AutoModel, "masked": AutoModelForMaskedLM, "causal": AutoModelForCausalLM}
     try:
-        model = loader[head].from_pretrained(
-            path, attn_implementation="eager", dtype=getattr(torch, dtype)
+        model, report = loader[head].from_pretrained(
+            path, attn_implementation="eager", dtype=getattr(torch, dtype), output_loading_info=True
         )
     except Exception as error:  # safetensors, torch.load and transformers raise their own types
         raise OSError(f"cannot load the model weights {_weight_files(path)}: {error}") from error
+    check_weight_names(model, report["missing_keys"], report["unexpected_keys"], path)
     return model.to(device).eval()
+
+
+class MismatchedWeightsError(ValueError):
+    """A checkpoint lacks tensors that the model runs, or holds tensors of the model that it
+    does not have (a layer beyond config.json's count): `transformers` would fill the first
+    at random and drop the second, without a word."""
+
+
+def check_weight_names(model, missing, unexpected, path) -> None:
+    """Refuse a checkpoint whose tensors are not those of `model` (loaded, or on the meta
+    device). `missing`, `unexpected`: the loading report of `transformers` (its renamings
+    applied; tied weights and the buffers it ignores already taken out).
+
+    Allowed: tensors of a task head that the loaded class lacks (outside the bare model:
+    BERT's cls.*, ELECTRA's generator_*, a decoder's lm_head loaded as a bare model) and those
+    of the architecture's `unused_modules` (BERT's pooler). Any other missing tensor would run
+    with random values; any other unexpected one (a layer beyond num_hidden_layers) is
+    refused too. MismatchedWeightsError names a few of each and their number."""
+    arch = architecture(model.config.model_type)
+    base = base_model(model)
+    prefix = f"{model.base_model_prefix}." if model.base_model_prefix else ""
+    bare = {n.split(".")[0] for n in base.state_dict()} | {n for n, _ in base.named_children()}
+    unused = set(arch.unused_modules)
+
+    def module(name: str) -> str:  # the top-level module of the bare model a name falls in
+        return (name[len(prefix) :] if prefix and name.startswith(prefix) else name).split(".")[0]
+
+    missing = sorted(n for n in missing if module(n) not in unused)
+    unexpected = sorted(n for n in unexpected if module(n) in bare - unused)
+    if not missing and not unexpected:
+        return
+    problems = [
+        f"{what} {_some(names)}"
+        for what, names in (
+            ("lacks tensors the model runs:", missing),
+            ("holds tensors the model does not have:", unexpected),
+        )
+        if names
+    ]
+    raise MismatchedWeightsError(
+        f"the checkpoint in {path} does not match its config.json "
+        f"({model.config.num_hidden_layers} layers): it "
+        f"{'; it '.join(problems)}. A truncated or mixed-up copy? Copy or download the model "
+        "again, or correct config.json"
+    )
+
+
+def _some(names: list[str], shown: int = 4) -> str:
+    """A few of `names` and their number, for messages."""
+    more = f", ... ({len(names)} in all)" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
 
 
 def _weight_files(path: str) -> str:

@@ -46,6 +46,8 @@ class Architecture:
                          head's modules and the config), None for a bare model
     zero_padding_states  whether `residual_states` sets the padding positions of every state
                          to 0 (the layer-streamed extraction does the same)
+    unused_modules       top-level modules of the bare model that no analysis reads (BERT's
+                         pooler): a checkpoint may lack their tensors, or hold them beside a head
     """
 
     name: str
@@ -61,6 +63,7 @@ class Architecture:
     has_mask_token: bool = False
     prediction_head: Callable[[torch.nn.Module], PredictionHead | None] = lambda model: None
     zero_padding_states: bool = False
+    unused_modules: tuple[str, ...] = ()
     dimensions: Callable[[dict], tuple[int, int]] = lambda config: (
         config["num_hidden_layers"],
         config["hidden_size"],

@@ -173,4 +173,5 @@ ARCHITECTURE = Architecture(
     mlm_head_prefixes=("cls.predictions", "lm_head", "generator_lm_head"),
     has_mask_token=True,
     prediction_head=prediction_head,
+    unused_modules=("pooler",),
 )

@@ -9,7 +9,12 @@ from __future__ import annotations
 from attnscope.architectures import StreamingUnavailableError, architecture, checkpoint_files
 from attnscope.core.layer_selection import LayerSelectionError, selected_layers
 from attnscope.data.corpora import KINDS as CORPUS_KINDS
-from attnscope.pipeline.models import local_model_folder, read_model_config, require_tokenizer
+from attnscope.pipeline.models import (
+    local_model_folder,
+    read_model_config,
+    require_tokenizer,
+    require_weights,
+)
 from attnscope.pipeline.outputs import Family
 
 
@@ -85,11 +90,12 @@ def check_own_settings(name: str, settings: dict) -> None:
 
 
 def check_models(config: dict, masked_corpora: list[str] = ()) -> None:
-    """Every model that is on this machine exists, has a supported architecture and a
-    tokenizer, has safetensors weights if `loading` is layer-streamed, has every layer that
-    `layers` names and at least `shards` of them, takes inputs as long
-    as every corpus's max_length, and has a mask token if an analysis reads a corpus with
-    [MASK] (`masked_corpora`) (hub models still to fetch: at acquisition)."""
+    """Every model that is on this machine exists, has a supported architecture, a
+    tokenizer and whole weight files (`require_weights`), has safetensors weights if
+    `loading` is layer-streamed, has every layer that `layers` names and at least `shards`
+    of them, takes inputs as long as every corpus's max_length, and has a mask token if an
+    analysis reads a corpus with [MASK] (`masked_corpora`) (hub models still to fetch: at
+    acquisition)."""
     for name, spec in config["models"].items():
         folder = local_model_folder(name, spec, config["mirror"])
         if folder is None:
@@ -97,6 +103,7 @@ def check_models(config: dict, masked_corpora: list[str] = ()) -> None:
         model_config = read_model_config(name, folder)
         family = architecture(model_config.get("model_type"), f"model {name!r}")
         require_tokenizer(name, folder)
+        require_weights(name, folder)
         if masked_corpora and not family.has_mask_token:
             raise ConfigError(
                 f"config: model {name!r} ({model_config['model_type']}) has no mask token, but "

@@ -23,7 +23,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnscope.architectures import StreamingUnavailableError, checkpoint_files
+from attnscope.architectures import (
+    StreamingUnavailableError,
+    check_weight_names,
+    checkpoint_files,
+)
 
 
 class _Stop(Exception):
@@ -97,6 +101,7 @@ class LayerStream:
         embedding = model.get_input_embeddings()
         self.embedding_name = next(n for n, p in model.named_parameters() if p is embedding.weight)
         self.as_tuple: bool | None = None  # whether layers return tuples, seen in layer 0's pass
+        self.check_names(AutoModel)  # a layer lacking or beyond config.json's count
         self._load_frame()
 
     # ---- reading the checkpoint ---------------------------------------------------------
@@ -139,6 +144,11 @@ class LayerStream:
         with self._slices(keys) as state:
             convert_and_load_state_dict_in_model(model, state, setting)
 
+    def check_names(self, task) -> None:
+        """Refuse a checkpoint whose tensors are not those of `task`'s model (AutoModel,
+        AutoModelForMaskedLM...): `check_checkpoint_names`."""
+        check_checkpoint_names(self.folder, task)
+
     def head_model(self, kind: str) -> torch.nn.Module:
         """The model with its language-model head (`kind` masked or causal) on the meta
         device, with the head's tensors read and the word embeddings when the head shares
@@ -146,6 +156,7 @@ class LayerStream:
         from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
 
         task = {"masked": AutoModelForMaskedLM, "causal": AutoModelForCausalLM}[kind]
+        self.check_names(task)
         with torch.device("meta"):
             model = task.from_config(self.config, attn_implementation="eager", dtype=self.dtype)
         # the head's tensors: neither the bare model's nor inside a layer (checkpoint names,
@@ -300,6 +311,43 @@ class LayerStream:
                 hook.remove()
             for j in range(self.n_layers):
                 self.layer_list[j] = self.blocks[j]
+
+
+def loading_report(folder: str | Path, task) -> tuple:
+    """(model, missing, unexpected): what `task.from_pretrained(folder)` (AutoModel,
+    AutoModelForMaskedLM...) would report of a safetensors checkpoint, without reading a
+    tensor: the library's loader run on the meta device with stand-ins of the checkpoint's
+    shapes, then its tying and the names it ignores (as `from_pretrained` finishes). The
+    model is built from a config of its own (`from_config` changes the config it is given)."""
+    from safetensors import safe_open
+    from transformers import AutoConfig
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import convert_and_load_state_dict_in_model
+    from transformers.modeling_utils import LoadStateDictConfig
+
+    with torch.device("meta"):
+        model = task.from_config(AutoConfig.from_pretrained(folder), attn_implementation="eager")
+    by_file: dict[Path, list[str]] = {}
+    for key, path in checkpoint_files(folder).items():
+        by_file.setdefault(path, []).append(key)
+    state = {}
+    for path, keys in by_file.items():
+        with safe_open(path, "pt") as f:
+            state.update({k: torch.empty(f.get_slice(k).get_shape(), device="meta") for k in keys})
+    setting = LoadStateDictConfig(
+        weight_mapping=get_model_conversion_mapping(model), device_map={"": torch.device("meta")}
+    )
+    report, _ = convert_and_load_state_dict_in_model(model, state, setting)
+    model.tie_weights(missing_keys=report.missing_keys, recompute_mapping=False)
+    model._adjust_missing_and_unexpected_keys(report)
+    return model, report.missing_keys, report.unexpected_keys
+
+
+def check_checkpoint_names(folder: str | Path, task) -> None:
+    """Refuse a safetensors checkpoint whose tensors are not those of `task`'s model (a layer
+    lacking or beyond config.json's count), as the whole-model route does when it loads
+    (`check_weight_names`), from the headers alone."""
+    check_weight_names(*loading_report(folder, task), folder)
 
 
 # ---- which route a model job takes --------------------------------------------------------

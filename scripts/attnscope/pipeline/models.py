@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnscope.architectures import (
+    SAFETENSORS_INDEX,
     architecture,
     canonical_weights,
     has_mlm_head,
@@ -127,6 +128,95 @@ def weight_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.suffix in WEIGHT_SUFFIXES)
 
 
+REFETCH = (
+    "copy or download the model again (a hub model fetched into resources/models: delete "
+    "its folder there and rerun)"
+)
+
+
+def require_weights(name: str, folder: Path) -> None:
+    """A model folder must hold weight files (`weight_files`) in one piece: every file the
+    safetensors index names is there and every safetensors file is whole (`check_safetensors`).
+    A path to a .gguf file is left to its own check."""
+    if folder.is_file() and folder.suffix == ".gguf":
+        return
+    if not weight_files(folder):
+        raise ModelNotFoundError(
+            f"model {name!r}: {folder} has no weight files (model.safetensors, shards named by "
+            f"{SAFETENSORS_INDEX}, or pytorch_model.bin); save the model's weights there "
+            "(model.save_pretrained)"
+        )
+    index = folder / SAFETENSORS_INDEX
+    stored = {p.name: check_safetensors(p) for p in folder.glob("*.safetensors")}
+    if not index.is_file():
+        return
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError) as error:
+        raise ModelNotFoundError(
+            f"model {name!r}: {index} is no safetensors index ({error!r}); {REFETCH}"
+        ) from None
+    absent = sorted({f for f in weight_map.values() if f not in stored})
+    if absent:
+        raise ModelNotFoundError(
+            f"model {name!r}: {index} names {', '.join(absent)}, which {folder} lacks; {REFETCH}"
+        )
+    for tensor, file in weight_map.items():
+        if tensor not in stored[file]:
+            raise ModelNotFoundError(
+                f"model {name!r}: {index} puts tensor {tensor!r} in {folder / file}, which does "
+                f"not hold it; {REFETCH}"
+            )
+
+
+def check_safetensors(path: Path) -> set[str]:
+    """The tensor names of a safetensors file, read from its header alone (8 bytes: the
+    header's length, then the header: JSON); ModelNotFoundError naming the file when the
+    header does not parse or the tensors' byte ranges do not fill the file exactly (a
+    truncated copy)."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        start = f.read(8)
+        length = int.from_bytes(start, "little") if len(start) == 8 else -1
+        if not 0 < length <= size - 8:
+            raise ModelNotFoundError(
+                f"{path} is truncated or no safetensors file (its {size} bytes hold no "
+                f"complete header); {REFETCH}"
+            )
+        try:
+            header = json.loads(f.read(length))
+            ranges = [v["data_offsets"] for k, v in header.items() if k != "__metadata__"]
+            end = max((int(stop) for _, stop in ranges), default=0)
+        except (ValueError, AttributeError, KeyError, TypeError) as error:  # JSON, layout
+            raise ModelNotFoundError(
+                f"{path} has a damaged safetensors header ({error!r}); {REFETCH}"
+            ) from None
+    if 8 + length + end != size:
+        state = "truncated" if 8 + length + end > size else "longer than its tensors"
+        raise ModelNotFoundError(
+            f"{path} is {state}: its header places tensors up to byte {8 + length + end}, the "
+            f"file has {size} bytes; {REFETCH}"
+        )
+    return set(header) - {"__metadata__"}
+
+
+def check_weight_names_from_headers(folder: Path) -> None:
+    """Refuse safetensors weights that do not match config.json (a layer lacking or beyond
+    its count) for the bare model and its LM head, from the headers alone
+    (`layer_stream.check_checkpoint_names`); pickled weights are checked when a job loads
+    them (`load_model`)."""
+    from transformers import AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM
+
+    from attnscope.pipeline.layer_stream import check_checkpoint_names
+
+    if not any((folder / f).is_file() for f in ("model.safetensors", SAFETENSORS_INDEX)):
+        return
+    head = {"masked": AutoModelForMaskedLM, "causal": AutoModelForCausalLM}
+    for task in (AutoModel, head.get(lm_head_kind(str(folder)))):
+        if task is not None:
+            check_checkpoint_names(folder, task)
+
+
 def model_files(folder: Path) -> list[Path]:
     """The files a model's results depend on: config.json, weights and tokenizer files."""
     tokenizer = [folder / f for f in TOKENIZER_FILES] + sorted(folder.glob("*.model"))
@@ -158,9 +248,9 @@ def build_manifest(name: str, spec: dict, mirror: str = "", resources: str = "re
     config = AutoConfig.from_pretrained(folder)
     architecture(config.model_type, f"model {name!r} ({model_id})")
     require_tokenizer(name, folder)
+    require_weights(name, folder)
+    check_weight_names_from_headers(folder)
     weights = weight_files(folder)
-    if not weights:
-        raise ModelNotFoundError(f"model {name!r}: no weight files in {folder}")
     return {
         "name": name,
         "source": spec["source"],
