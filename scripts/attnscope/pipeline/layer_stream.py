@@ -324,7 +324,9 @@ def loading_report(folder: str | Path, task) -> tuple:
     from transformers.conversion_mapping import get_model_conversion_mapping
     from transformers.core_model_loading import convert_and_load_state_dict_in_model
     from transformers.modeling_utils import LoadStateDictConfig
+    from transformers.utils import logging
 
+    logging.disable_progress_bar()  # nothing is loaded
     with torch.device("meta"):
         model = task.from_config(AutoConfig.from_pretrained(folder), attn_implementation="eager")
     by_file: dict[Path, list[str]] = {}
