@@ -41,8 +41,8 @@ def model_settings(wildcards):
 
 
 def model_source_files(wildcards):
-    """A local model's config, weights and tokenizer files: when one changes, everything
-    reruns from acquisition ([] for a hub model still to download)."""
+    """A local model's config, weights and tokenizer files, or its GGUF file: when one
+    changes, everything reruns from acquisition ([] for a hub model to download)."""
     spec = config["models"][wildcards.model]
     return local_model_files(wildcards.model, spec, config["mirror"])
 

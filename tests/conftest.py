@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -344,3 +346,148 @@ class Opened:
 
     def close(self):
         self.context.close()
+
+
+# ---- models shipped as GGUF (tests/test_gguf.py, the decoder workflow run) -----------------
+
+# `transformers` Llama names -> llama.cpp's GGUF names, per layer and for the whole model
+GGUF_LAYER_NAMES = {
+    "input_layernorm": "attn_norm",
+    "self_attn.q_proj": "attn_q",
+    "self_attn.k_proj": "attn_k",
+    "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output",
+    "post_attention_layernorm": "ffn_norm",
+    "mlp.gate_proj": "ffn_gate",
+    "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down",
+}
+GGUF_MODEL_NAMES = {
+    "model.embed_tokens": "token_embd",
+    "model.norm": "output_norm",
+    "lm_head": "output",
+}
+
+
+def gguf_name(name: str) -> str:
+    """The GGUF name of a Llama tensor, e.g. model.layers.0.self_attn.q_proj.weight ->
+    blk.0.attn_q.weight."""
+    stem, kind = name.rsplit(".", 1)
+    if stem.startswith("model.layers."):
+        index, module = stem.removeprefix("model.layers.").split(".", 1)
+        return f"blk.{index}.{GGUF_LAYER_NAMES[module]}.{kind}"
+    return f"{GGUF_MODEL_NAMES[stem]}.{kind}"
+
+
+def rotary_interleaved(weight: np.ndarray, heads: int) -> np.ndarray:
+    """A q/k projection [heads * head_dim, d] in llama.cpp's row order: each head's two
+    rotary halves interleaved (GGUF readers undo this)."""
+    half = weight.shape[0] // heads // 2
+    return weight.reshape(heads, 2, half, -1).swapaxes(1, 2).reshape(weight.shape)
+
+
+def write_tiny_gguf(path: Path, model, tokenizer, quantised: tuple[str, ...] = ()) -> dict:
+    """Write a tiny `transformers` Llama and its byte-level BPE tokenizer as a GGUF file, the
+    2-D tensors whose GGUF name contains one of `quantised` as Q8_0, the rest float32. Returns
+    {transformers name: the weight a reader gets back} (Q8_0 rounding included)."""
+    import gguf
+
+    config = model.config
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
+    writer.add_rope_dimension_count(config.head_dim)
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    writer.add_file_type(
+        gguf.LlamaFileType.MOSTLY_Q8_0 if quantised else gguf.LlamaFileType.ALL_F32
+    )
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    merges = json.loads(tokenizer.backend_tokenizer.to_str())["model"]["merges"]
+    special = set(tokenizer.all_special_tokens)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list([token for token, _ in vocab])
+    writer.add_token_types([3 if token in special else 1 for token, _ in vocab])
+    writer.add_token_merges([" ".join(m) if isinstance(m, list) else m for m in merges])
+    writer.add_bos_token_id(tokenizer.bos_token_id)
+    writer.add_eos_token_id(tokenizer.eos_token_id)
+    writer.add_pad_token_id(tokenizer.pad_token_id)
+    read_back = {}
+    for name, tensor in model.state_dict().items():
+        if name == "lm_head.weight" and config.tie_word_embeddings:
+            continue
+        weight = tensor.detach().float().numpy()
+        target = gguf_name(name)
+        if ".attn_q." in target:
+            weight = rotary_interleaved(weight, config.num_attention_heads)
+        elif ".attn_k." in target:
+            weight = rotary_interleaved(weight, config.num_key_value_heads)
+        if weight.ndim == 2 and any(f".{q}." in f".{target}" for q in quantised):
+            kind = gguf.GGMLQuantizationType.Q8_0
+            packed = gguf.quants.quantize(weight, kind)
+            writer.add_tensor(target, packed, raw_shape=packed.shape, raw_dtype=kind)
+            weight = gguf.quants.dequantize(packed, kind)
+        else:
+            writer.add_tensor(target, weight)
+        read_back[name] = weight
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    for name, weight in read_back.items():  # back to transformers' row order
+        target = gguf_name(name)
+        heads = {".attn_q.": config.num_attention_heads, ".attn_k.": config.num_key_value_heads}
+        for marker, count in heads.items():
+            if marker in target:
+                half = weight.shape[0] // count // 2
+                weight = weight.reshape(count, half, 2, -1).swapaxes(1, 2).reshape(weight.shape)
+        read_back[name] = torch.from_numpy(np.ascontiguousarray(weight))
+    return read_back
+
+
+def write_tiny_gguf_model(folder: Path, seed: int = 0) -> tuple[Path, dict]:
+    """A tiny random Llama (tied embeddings, no biases: llama.cpp's Llama has none) with the
+    BPE tokenizer, written as `folder`/tiny.gguf with its attention queries, FF up projection
+    and embedding in Q8_0. Returns the file and the weights a reader gets back."""
+    from transformers import AutoModelForCausalLM
+
+    tokenizer = train_bpe_tokenizer(folder / "tokenizer")
+    config = tiny_config("llama")
+    config.update(dict(attention_bias=False, mlp_bias=False, tie_word_embeddings=True))
+    config.vocab_size = len(tokenizer)
+    config.max_position_embeddings = 512
+    for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        setattr(config, name, getattr(tokenizer, name))
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                p.add_(0.1 * torch.randn_like(p))
+    path = folder / "tiny.gguf"
+    return path, write_tiny_gguf(path, model, tokenizer, ("attn_q", "ffn_up", "token_embd"))
+
+
+def write_bloom_gguf(path: Path) -> Path:
+    """A GGUF of one BLOOM layer's metadata and an embedding: an architecture that
+    `transformers` reads from GGUF and attnscope does not support."""
+    import gguf
+
+    writer = gguf.GGUFWriter(path, "bloom")
+    writer.add_block_count(1)
+    writer.add_context_length(8)
+    writer.add_embedding_length(8)
+    writer.add_feed_forward_length(16)
+    writer.add_head_count(2)
+    writer.add_layer_norm_eps(1e-5)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

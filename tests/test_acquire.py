@@ -200,8 +200,8 @@ def test_acquisition_refuses_a_truncated_single_file_by_name(tmp_path):
 
 def test_a_model_folder_without_weights_is_refused_before_any_job(tmp_path):
     """Issue 35, item 21: config.json and a tokenizer but no weights: the checks before any
-    job name the folder and what it lacks (not the layer-streamed route's hint). A path to
-    a .gguf file is left to the GGUF check."""
+    job name the folder and what it lacks (not the layer-streamed route's hint). A GGUF file
+    beside config.json is not a weight file of the folder."""
     from attnscope.pipeline.config_checks import check_models
     from attnscope.pipeline.models import require_weights
 
@@ -220,4 +220,5 @@ def test_a_model_folder_without_weights_is_refused_before_any_job(tmp_path):
         check_models(config)
     with pytest.raises(ModelNotFoundError, match=f"{folder} has no weight files"):
         build_manifest("w", config["models"]["w"])
-    require_weights("gguf", folder / "model.gguf")  # a .gguf file: not this check's to refuse
+    with pytest.raises(ModelNotFoundError, match=f"{folder} has no weight files"):
+        require_weights("w", folder)

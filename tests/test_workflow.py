@@ -196,12 +196,15 @@ def decoder_run(tmp_path_factory):
     """Tiny random Llama, Gemma-2 (sliding window 4, soft-capping, sandwich norms), Mixtral
     (top-2 of 4 experts) and GPT-2 with a byte-level BPE trained on WikiText, through the whole
     workflow in one run. No [MASK]: the mixing family reads the plain wiki corpus."""
-    from conftest import write_tiny_decoder_folder
+    from conftest import write_tiny_decoder_folder, write_tiny_gguf_model
 
     models = {}
     for model_type in (*DECODER_RUN, "gpt2"):
         folder = write_tiny_decoder_folder(tmp_path_factory.mktemp(model_type), model_type)
         models[model_type] = {"source": "path", "path": str(folder)}
+    # Llama as a GGUF with Q8_0 tensors: the dequantised route end to end
+    gguf_file, _ = write_tiny_gguf_model(tmp_path_factory.mktemp("llama-gguf"))
+    models["llama"] = {"source": "path", "path": str(gguf_file)}
     config = small_config(models)
     del config["corpora"]["wiki_masked"]
     config["analyses"]["mixing"] = {"corpora": ["wiki"]}
@@ -212,12 +215,15 @@ def decoder_run(tmp_path_factory):
 
 
 def test_decoders_run_every_rule(decoder_run):
-    """Every family on Llama, Gemma-2 and Mixtral: stores without NaN holding the raw residual
-    stream, mixing checked on every batch, learned-position tables saying why they are empty,
-    tr_t computed, views written, gradient importance with the next-token loss."""
+    """Every family on Llama (from a GGUF), Gemma-2 and Mixtral: stores without NaN holding the
+    raw residual stream, mixing checked on every batch, learned-position tables saying why they
+    are empty, tr_t computed, views written, gradient importance with the next-token loss."""
     workdir, config = decoder_run
     again = snakemake(workdir, config, "--dry-run")
     assert again.returncode == 0 and "Nothing to be done" in again.stdout + again.stderr
+    manifest = json.loads((workdir / "results/llama/model/manifest.json").read_text())
+    assert manifest["path"] == "resources/models/llama"
+    assert manifest["gguf"]["quantisation"]["tensors"] == {"F32": 15, "Q8_0": 5}
     for model in DECODER_RUN:
         results = workdir / "results" / model
         for corpus in ("wiki", "wiki512", "ewt", "gap", "texts"):
@@ -880,6 +886,21 @@ def test_bad_config_fails_before_any_job(tmp_path, change, message):
     assert result.returncode != 0
     assert message in result.stdout + result.stderr
     assert not (tmp_path / "results").exists()
+
+
+def test_damaged_or_unsupported_gguf_fails_before_any_job(tmp_path):
+    """A truncated GGUF and a GGUF of an architecture attnscope lacks stop the dry run,
+    naming the file and the architecture."""
+    from conftest import write_bloom_gguf
+
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(b"GGUF" + bytes(60))
+    bloom = write_bloom_gguf(tmp_path / "bloom.gguf")
+    for path, message in ((cut, f"{cut} cannot be read as a GGUF"), (bloom, "'bloom'")):
+        config = small_config({"m": {"source": "path", "path": str(path)}})
+        result = snakemake(tmp_path / path.stem, config, "--dry-run")
+        assert result.returncode != 0 and message in result.stdout + result.stderr
+        assert not (tmp_path / path.stem / "results").exists()
 
 
 def test_max_length_beyond_the_model_fails_before_any_job(tmp_path, tiny_model_dir):

@@ -10,8 +10,8 @@ from attnscope.architectures import StreamingUnavailableError, architecture, che
 from attnscope.core.layer_selection import LayerSelectionError, selected_layers
 from attnscope.data.corpora import KINDS as CORPUS_KINDS
 from attnscope.pipeline.models import (
+    local_model_config,
     local_model_folder,
-    read_model_config,
     require_tokenizer,
     require_weights,
 )
@@ -97,20 +97,21 @@ def check_models(config: dict, masked_corpora: list[str] = ()) -> None:
     analysis reads a corpus with [MASK] (`masked_corpora`) (hub models still to fetch: at
     acquisition)."""
     for name, spec in config["models"].items():
-        folder = local_model_folder(name, spec, config["mirror"])
-        if folder is None:
+        model_config = local_model_config(name, spec, config["mirror"])
+        if model_config is None:
             continue
-        model_config = read_model_config(name, folder)
         family = architecture(model_config.get("model_type"), f"model {name!r}")
-        require_tokenizer(name, folder)
-        require_weights(name, folder)
+        folder = local_model_folder(name, spec, config["mirror"])  # None: a GGUF to dequantise
+        if folder is not None:
+            require_tokenizer(name, folder)
+            require_weights(name, folder)
         if masked_corpora and not family.has_mask_token:
             raise ConfigError(
                 f"config: model {name!r} ({model_config['model_type']}) has no mask token, but "
                 f"corpora {', '.join(masked_corpora)} replace pieces by [MASK] (mask_rate > 0); "
                 "give it corpora without mask_rate (e.g. analyses: {mixing: {corpora: [wiki]}})"
             )
-        if config.get("loading") == "layer-streamed":
+        if folder is not None and config.get("loading") == "layer-streamed":
             try:
                 checkpoint_files(folder)
             except StreamingUnavailableError as error:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from attnscope.architectures import architecture
 from attnscope.core.layer_selection import selected_layers, stored_states
-from attnscope.pipeline.models import local_model_folder, read_model_config
+from attnscope.pipeline.models import local_model_config
 from attnscope.pipeline.outputs import Family
 
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -74,10 +74,9 @@ def planned_files(config: dict, families: dict[str, Family], results: Path) -> l
                 readers.setdefault(corpus, []).append(family)
     planned = []
     for model, spec in config["models"].items():
-        folder = local_model_folder(model, spec, config["mirror"])
-        if folder is None:
+        model_config = local_model_config(model, spec, config["mirror"])
+        if model_config is None:
             continue
-        model_config = read_model_config(model, folder)
         n_layers, d_model = architecture(model_config["model_type"]).dimensions(model_config)
         layers = selected_layers(config.get("layers", "all"), n_layers, f"model {model!r}")
         every_layer = config.get("layers", "all") == "all"  # else the every_layer files: none

