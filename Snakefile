@@ -15,12 +15,17 @@ configfile: str(Path(workflow.basedir) / "config" / "config.yaml")
 # model, and `sequences: {}` means no built-in sequence. Every other key overrides the built-in
 # value and keeps the rest.
 sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
+import attnscope.pipeline.config_checks as checks  # noqa: E402
 from attnscope.pipeline.user_config import replace_user_blocks  # noqa: E402
 
 replace_user_blocks(config, workflow.config_settings.overwrite_config)
 
-
+# A key given twice in a config file (the built-in one, a --configfile) is refused by name:
+# Snakemake's YAML loader would keep the last without a word.
+checks.check_config_files(workflow.configfiles)
 validate(config, "config/schema.yaml")
+# JSON Schema's integer accepts 2.0: integer settings written as floats are refused here.
+checks.check_integer_settings(config, Path(workflow.basedir) / "config" / "schema.yaml")
 
 
 report: "report/workflow.rst"

@@ -1,13 +1,20 @@
 # Helpers shared by every .smk file: config checks, look-ups, input functions and targets.
 # All functions live here: `snakemake --lint` asks that files of rules hold no functions.
 from attnscope.data.corpora import KINDS as CORPUS_KINDS  # noqa: E402
-from attnscope.pipeline.config_checks import check_config  # noqa: E402
+from attnscope.core.layer_selection import layer_setting  # noqa: E402
+from attnscope.pipeline.config_checks import check_config, model_depths  # noqa: E402
 from attnscope.pipeline.models import local_model_files  # noqa: E402
 from attnscope.pipeline.outputs import families, figure_paths  # noqa: E402
 
 FAMILIES = families()
 check_config(config, FAMILIES)  # every cross-field check, before any job
 MODELS = list(config["models"])
+# Each model's `layers:` in one spelling: all, or its layers sorted (a list naming every
+# layer is all), so that equal selections run and rerun alike.
+LAYERS = {
+    model: layer_setting(config["layers"], n_layers)
+    for model, n_layers in model_depths(config).items()
+}
 CORPORA = list(config["corpora"])
 SHARDS = config["shards"]
 
@@ -100,10 +107,20 @@ def family_corpora(name):
 
 
 def family_targets(name):
-    """Every table and figure of one family (`snakemake <family>` builds them); with a
-    subset of `layers:`, none of those that need every layer."""
-    every_layer = config["layers"] == "all"
-    return FAMILIES[name].targets(config["analyses"][name], MODELS, every_layer)
+    """Every table and figure of one family (`snakemake <family>` builds them); for a model
+    analysed at a subset of its layers, none of those that need every layer."""
+    settings = config["analyses"][name]
+    targets = [
+        target
+        for model in MODELS
+        for target in FAMILIES[name].targets(settings, [model], LAYERS[model] == "all")
+    ]
+    return list(dict.fromkeys(targets))
+
+
+def extraction_layers(wildcards):
+    """The `layers:` param of a model's extraction: all, or its 1-based layers, sorted."""
+    return LAYERS[wildcards.model]
 
 
 def foundation_targets():

@@ -21,6 +21,6 @@ rule extract_hidden_states:
         batch_size=config["batch_size"],
         dtype=config["dtype"],
         compute_dtype=config["compute_dtype"],
-        layers=config["layers"],
+        layers=extraction_layers,
     script:
         "../scripts/extract_hidden_states.py"

@@ -14,9 +14,11 @@ rule views_pages:
     input:
         manifest=manifest,
         hidden_states=hidden_states,
+    # update: Snakemake keeps the previous pages while the job runs and restores them if it
+    # fails (the job replaces the folder only once every page is written).
     output:
         report(
-            directory(VIEWS_OUT.folder_path()),
+            update(directory(VIEWS_OUT.folder_path())),
             htmlindex="index.html",
             caption="../report/views/pages.rst",
             category=VIEWS_OUT.title,

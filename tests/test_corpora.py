@@ -363,6 +363,8 @@ def test_texts_encode_like_the_tokenizer_itself(minilm, bpe):
 def test_texts_bad_items_and_overlong_texts_stop_by_name(minilm):
     with pytest.raises(ValueError, match="texts: item 1 must be"):
         encode_corpus("texts", [], minilm, {"texts": ["fine", ["a", "b", "c"]]})
+    with pytest.raises(ValueError, match="texts: item 1 must be a string with a visible"):
+        encode_corpus("texts", [], minilm, {"texts": ["fine", "\u200b\u200d\ufeff"]})
     with pytest.raises(ValueError, match="texts: item 0 has .* more than max_length 8"):
         encode_corpus(
             "texts", [], minilm, {"texts": ["one two three four five six seven"], "max_length": 8}

@@ -49,10 +49,11 @@ def test_a_layer_subset_is_sized_by_its_states_and_maps(tmp_path):
     config = yaml.safe_load((root / "config/config.yaml").read_text())
     validate(config, str(root / "config/schema.yaml"))  # fills in the defaults
     sizes = {}
-    for layers in ("all", [2, 6]):
+    for layers in ("all", [2, 6], [6, 5, 4, 3, 2, 1]):
         planned = planned_files(dict(config, layers=layers), families(), tmp_path / "results")
         sizes[str(layers)] = {str(p.path.relative_to(tmp_path)): p.size for p in planned}
     whole, subset = sizes["all"], sizes["[2, 6]"]
+    assert sizes["[6, 5, 4, 3, 2, 1]"] == whole  # a list of every layer is the whole model
     store = "results/minilm-l6/wiki/hidden_states.h5"
     assert subset[store] * 7 == whole[store] * 3
     maps = "results/minilm-l6/wiki_masked/mixing/maps.h5"

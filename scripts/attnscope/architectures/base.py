@@ -39,6 +39,7 @@ class Architecture:
                          state l is the input of layer l + 1 (no final LayerNorm applied)
     max_positions        config.json as a dict -> the longest input (pieces) the model takes
     dimensions           config.json as a dict -> (number of layers, width of the residual stream)
+    n_heads              config.json as a dict -> attention heads per layer (query heads)
     mlm_head_prefixes    weight-name prefixes of a masked-LM head (none for causal LMs)
     causal_lm_prefixes   weight-name prefixes of a causal LM's output head (none for encoders)
     has_mask_token       whether the architecture's tokenizers have a mask token ([MASK], <mask>)
@@ -68,6 +69,7 @@ class Architecture:
         config["num_hidden_layers"],
         config["hidden_size"],
     )
+    n_heads: Callable[[dict], int] = lambda config: config["num_attention_heads"]
 
     def model_inputs(self, model, input_ids, attention_mask, token_type_ids) -> dict:
         """Keyword arguments of the forward pass; segment ids only where the model uses them."""

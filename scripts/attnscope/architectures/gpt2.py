@@ -118,6 +118,7 @@ ARCHITECTURE = Architecture(
     residual_states=residual_states,
     max_positions=lambda config: config["n_positions"],
     dimensions=lambda config: (config["n_layer"], config["n_embd"]),
+    n_heads=lambda config: config["n_head"],
     causal_lm_prefixes=("lm_head",),
     prediction_head=causal_head,
 )

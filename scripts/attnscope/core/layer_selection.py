@@ -22,6 +22,22 @@ def selected_layers(setting, n_layers: int, model: str = "the model") -> list[in
     return sorted({l - 1 for l in setting})
 
 
+def layer_setting(setting, n_layers: int | None = None):
+    """The `layers:` setting in one spelling: `all` when it names every one of a model's
+    `n_layers` layers (None: depth not known yet, so a list stays a list), else its 1-based
+    layers sorted without repeats. Equal selections then give equal rule params."""
+    if setting in (None, "all"):
+        return "all"
+    layers = sorted(set(setting))
+    return "all" if n_layers is not None and layers == list(range(1, n_layers + 1)) else layers
+
+
+def whole_model(setting, n_layers: int | None) -> bool:
+    """Whether the `layers:` setting selects every layer of a model of `n_layers` layers
+    (a list naming each of them included; a list of a model of unknown depth: False)."""
+    return layer_setting(setting, n_layers) == "all"
+
+
 def stored_states(layers: list[int], n_layers: int) -> list[int]:
     """The states `hidden/{s}` a store keeps for the 0-based `layers`: each layer's input X_l
     (s = l), and the model's last output (s = n_layers) when its last layer is among them.

@@ -6,9 +6,14 @@ message naming the key, and nothing is computed or overwritten.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import yaml
+
 from attnscope.architectures import StreamingUnavailableError, architecture, checkpoint_files
-from attnscope.core.layer_selection import LayerSelectionError, selected_layers
+from attnscope.core.layer_selection import LayerSelectionError, selected_layers, whole_model
 from attnscope.data.corpora import KINDS as CORPUS_KINDS
+from attnscope.data.corpora.characters import visible
 from attnscope.pipeline.models import (
     local_model_config,
     local_model_folder,
@@ -22,11 +27,84 @@ class ConfigError(ValueError):
     """A configuration value contradicts another one."""
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """A YAML loader that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    lines = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        line = key_node.start_mark.line + 1
+        if key in lines:
+            raise ConfigError(
+                f"config file {loader.name}: key {key!r} is given twice in one block (lines "
+                f"{lines[key]} and {line}); YAML would keep the last silently: remove one"
+            )
+        lines[key] = line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def check_config_files(paths) -> None:
+    """Read each config file (YAML or JSON) again, refusing a key given twice in one mapping:
+    Snakemake's loader keeps the last one without a word."""
+    for path in paths:
+        with open(path, encoding="utf-8") as stream:
+            loader = _UniqueKeyLoader(stream)
+            loader.name = str(path)
+            try:
+                loader.get_single_data()
+            finally:
+                loader.dispose()
+
+
+def float_integers(value, schema: dict, key: str = "", root: dict | None = None) -> list[str]:
+    """The keys (dotted, list items as `key[i]`) of `value` whose `schema` type is integer but
+    whose value is a float such as 2.0, which JSON Schema's integer accepts."""
+    root = schema if root is None else root
+    found = []
+    if "$ref" in schema:
+        target = root
+        for part in schema["$ref"].removeprefix("#/").split("/"):
+            target = target[part]
+        found += float_integers(value, target, key, root)
+    types = schema.get("type", [])
+    types = [types] if isinstance(types, str) else types
+    if isinstance(value, float) and "integer" in types and "number" not in types:
+        found.append(key)
+    for branch in schema.get("oneOf", []) + schema.get("anyOf", []) + schema.get("allOf", []):
+        found += float_integers(value, branch, key, root)
+    if isinstance(value, dict):
+        for name, item in value.items():
+            below = schema.get("properties", {}).get(name, schema.get("additionalProperties"))
+            if isinstance(below, dict):
+                found += float_integers(item, below, f"{key}.{name}" if key else name, root)
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for index, item in enumerate(value):
+            found += float_integers(item, schema["items"], f"{key}[{index}]", root)
+    return list(dict.fromkeys(found))
+
+
+def check_integer_settings(config: dict, schema_path: str | Path) -> None:
+    """Refuse an integer setting written as a float (`shards: 2.0`), naming its key."""
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    floats = float_integers(config, schema)
+    if floats:
+        raise ConfigError(
+            f"config: {', '.join(floats)} must be a whole number written without a decimal point "
+            f"(e.g. 2, not 2.0); it is a float"
+        )
+
+
 def check_config(config: dict, families: dict[str, Family]) -> None:
     """Raise ConfigError for the first inconsistency found (after schema validation)."""
     corpora = config["corpora"]
     for name, settings in corpora.items():
         check_own_settings(name, settings)
+        check_texts(name, settings)
     for name, family in families.items():
         settings = config["analyses"][name]
         if not settings.get("enabled", True):
@@ -53,13 +131,33 @@ def check_config(config: dict, families: dict[str, Family]) -> None:
         if config["analyses"][name].get("enabled", True)
         for corpus in family.corpora(config["analyses"][name])
     }
+    check_view_sequences(config)
     check_models(config, sorted(c for c in used if corpora[c].get("mask_rate", 0) > 0))
-    check_every_layer(config, families)
+    check_every_layer(config, families, model_depths(config))
 
 
-def check_every_layer(config: dict, families: dict[str, Family]) -> None:
-    """With a subset of `layers`, no enabled family needs every layer for all its outputs."""
-    if config.get("layers", "all") == "all":
+def model_depths(config: dict) -> dict[str, int | None]:
+    """{model: number of layers} from each model's config.json (or its GGUF's metadata); None
+    for a hub model still to fetch."""
+    depths = {}
+    for name, spec in config["models"].items():
+        model_config = local_model_config(name, spec, config["mirror"])
+        if model_config is None:
+            depths[name] = None
+            continue
+        family = architecture(model_config.get("model_type"), f"model {name!r}")
+        depths[name] = family.dimensions(model_config)[0]
+    return depths
+
+
+def check_every_layer(
+    config: dict, families: dict[str, Family], depths: dict[str, int | None]
+) -> None:
+    """Where `layers` is a subset of a model's layers (a list naming them all is the whole
+    model; a model of unknown depth counts as a subset), no enabled family needs every layer
+    for all its outputs."""
+    setting = config.get("layers", "all")
+    if all(whole_model(setting, n_layers) for n_layers in depths.values()):
         return
     for name, family in families.items():
         if config["analyses"][name].get("enabled", True) and family.needs_every_layer():
@@ -86,6 +184,47 @@ def check_own_settings(name: str, settings: dict) -> None:
             raise ConfigError(
                 f"config: corpora.{name}.{setting} is read only by kind {kind.name}, not by "
                 f"kind {settings['kind']}"
+            )
+
+
+def check_texts(name: str, settings: dict) -> None:
+    """A texts corpus takes every text the user typed (`n_sequences` is refused, never
+    truncating them), and each text has a visible character."""
+    if settings["kind"] != "texts":
+        return
+    if settings.get("n_sequences"):
+        raise ConfigError(
+            f"config: corpora.{name}.n_sequences is {settings['n_sequences']}, but a texts "
+            "corpus takes every text it lists; remove n_sequences (or the texts you do not want)"
+        )
+    for index, text in enumerate(settings.get("texts") or []):
+        segments = [text] if isinstance(text, str) else text
+        if not all(visible(segment) for segment in segments):
+            raise ConfigError(
+                f"config: corpora.{name}.texts[{index}] has no visible character (only spaces, "
+                "control or zero-width characters); give it a word or remove it"
+            )
+
+
+def check_view_sequences(config: dict) -> None:
+    """The sequences `analyses.views.sequences` names exist where the config tells: below the
+    number of texts of a texts corpus, below `n_sequences` (when not 0) of another."""
+    views = config["analyses"]["views"]
+    if not views.get("enabled", True):
+        return
+    for corpus, indices in views.get("sequences", {}).items():
+        settings = config["corpora"].get(corpus)
+        if settings is None:
+            continue  # named by the family's own problems
+        if settings["kind"] == "texts":
+            count, what = len(settings.get("texts") or []), "texts"
+        else:
+            count, what = settings.get("n_sequences", 0), "sequences at most (n_sequences)"
+        beyond = sorted(i for i in indices if count and i >= count)
+        if beyond:
+            raise ConfigError(
+                f"config: analyses.views.sequences.{corpus} names sequences {beyond}, but corpus "
+                f"{corpus!r} has {count} {what} (0-based: 0..{count - 1})"
             )
 
 
@@ -127,7 +266,7 @@ def check_models(config: dict, masked_corpora: list[str] = ()) -> None:
                 f"config: shards is {config['shards']}, but model {name!r} {analysed} "
                 f"{len(layers)} layers; use at most {len(layers)} shards"
             )
-        check_position_heads(config, layers)
+        check_position_heads(config, name, layers, n_layers, family.n_heads(model_config))
         limit = family.max_positions(model_config)
         for corpus, settings in config["corpora"].items():
             if settings["max_length"] > limit:
@@ -137,13 +276,26 @@ def check_models(config: dict, masked_corpora: list[str] = ()) -> None:
                 )
 
 
-def check_position_heads(config: dict, layers: list[int]) -> None:
-    """The heads `analyses.position.heads` names lie in the analysed layers (0-based)."""
+def check_position_heads(
+    config: dict, model: str, layers: list[int], n_layers: int, n_heads: int
+) -> None:
+    """The [layer, head] pairs (1-based) of `analyses.position.heads` exist in `model` (of
+    `n_layers` layers of `n_heads` heads) and lie in its analysed `layers` (0-based)."""
     position = config.get("analyses", {}).get("position", {})
     if not position.get("enabled", True):
         return
     for layer, head in position.get("heads", []):
-        if 1 <= layer and layer - 1 not in layers:
+        if not 1 <= layer <= n_layers:
+            raise ConfigError(
+                f"config: analyses.position.heads names layer {layer} (head {head}), but model "
+                f"{model!r} has {n_layers} layers (1 to {n_layers})"
+            )
+        if not 1 <= head <= n_heads:
+            raise ConfigError(
+                f"config: analyses.position.heads names head {head} of layer {layer}, but model "
+                f"{model!r} has {n_heads} heads per layer (1 to {n_heads})"
+            )
+        if layer - 1 not in layers:
             raise ConfigError(
                 f"config: analyses.position.heads names layer {layer} (head {head}), which "
                 f"layers: {config['layers']} leaves out"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from attnscope.architectures import architecture
-from attnscope.core.layer_selection import selected_layers, stored_states
+from attnscope.core.layer_selection import selected_layers, stored_states, whole_model
 from attnscope.pipeline.models import local_model_config
 from attnscope.pipeline.outputs import Family
 
@@ -79,7 +79,7 @@ def planned_files(config: dict, families: dict[str, Family], results: Path) -> l
             continue
         n_layers, d_model = architecture(model_config["model_type"]).dimensions(model_config)
         layers = selected_layers(config.get("layers", "all"), n_layers, f"model {model!r}")
-        every_layer = config.get("layers", "all") == "all"  # else the every_layer files: none
+        every_layer = whole_model(config.get("layers"), n_layers)  # else no every_layer files
         for corpus, corpus_families in readers.items():
             settings = config["corpora"][corpus]
             out = results / model / corpus

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from attnscope.data.corpora.characters import visible
 from attnscope.data.corpora.gap import spaces_before, split_words
 from attnscope.data.corpora.layout import Pieces, Sequence
 
@@ -18,10 +19,11 @@ def read(files: list[str], pieces: Pieces, settings: dict) -> Iterator[Sequence]
     for n, text in enumerate(settings.get("texts") or []):
         segments = [text] if isinstance(text, str) else list(text)
         if not 1 <= len(segments) <= 2 or not all(
-            isinstance(s, str) and s.strip() for s in segments
+            isinstance(s, str) and visible(s) for s in segments
         ):
             raise ValueError(
-                f"texts: item {n} must be a non-empty string or a list of two (sentence A, B)"
+                f"texts: item {n} must be a string with a visible character or a list of two "
+                "(sentence A, B)"
             )
         spans = [split_words(s) for s in segments]
         words = [[w for w, _, _ in spans_] for spans_ in spans]

@@ -1,0 +1,130 @@
+"""Checks of the configuration made before any job (issue 35): integer settings written as
+floats, keys given twice, texts corpora, view sequences, position heads, and a `layers:` list
+naming every layer."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from attnscope.data.corpora.characters import visible
+from attnscope.pipeline.config_checks import (
+    ConfigError,
+    check_config_files,
+    check_every_layer,
+    check_integer_settings,
+    check_position_heads,
+    check_texts,
+    check_view_sequences,
+    float_integers,
+)
+from attnscope.pipeline.outputs import families
+
+ROOT = Path(__file__).parents[1]
+SCHEMA = ROOT / "config" / "schema.yaml"
+
+
+def default_config() -> dict:
+    """config/config.yaml with the schema's defaults filled in."""
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    validate(config, str(SCHEMA))
+    return config
+
+
+def test_integer_settings_written_as_floats_are_named_at_any_depth():
+    """JSON Schema's integer accepts 2.0; the check walks the schema ($ref, oneOf, items,
+    additionalProperties) and names each such key, leaving number settings alone."""
+    config = default_config()
+    assert float_integers(config, yaml.safe_load(SCHEMA.read_text())) == []
+    check_integer_settings(config, SCHEMA)
+    config |= {"shards": 2.0, "layers": [2.0, 4], "batch_size": 4.0}
+    config["corpora"]["wiki"]["n_sequences"] = 8.0
+    config["corpora"]["wiki_masked"]["mask_rate"] = 1.0  # a number: fine
+    config["analyses"]["weights"]["seed"] = 3.0  # through $ref
+    config["analyses"]["position"]["heads"] = [[1, 2.0]]
+    config["analyses"]["views"]["sequences"] = {"wiki": [0, 1.0]}
+    config["analyses"]["probing"]["learning_curve"] = [1.0]  # numbers: fine
+    validate(config, str(SCHEMA))  # the schema itself lets them pass
+    assert float_integers(config, yaml.safe_load(SCHEMA.read_text())) == [
+        "batch_size",
+        "shards",
+        "layers[0]",
+        "corpora.wiki.n_sequences",
+        "analyses.weights.seed",
+        "analyses.position.heads[0][1]",
+        "analyses.views.sequences.wiki[1]",
+    ]
+    with pytest.raises(ConfigError, match=r"config: batch_size, shards, layers\[0\], .* float"):
+        check_integer_settings(config, SCHEMA)
+
+
+def test_a_key_given_twice_in_a_config_file_is_named(tmp_path):
+    check_config_files([ROOT / "config" / "config.yaml", ROOT / "config" / "paper.yaml"])
+    twice = tmp_path / "mine.yaml"
+    twice.write_text("shards: 1\ncorpora:\n  wiki:\n    kind: wiki\n    kind: ewt\n")
+    with pytest.raises(ConfigError, match=rf"{twice}: key 'kind' is given twice .*lines 4 and 5"):
+        check_config_files([twice])
+    twice.write_text("shards: 1\nlayers: all\nshards: 2\n")
+    with pytest.raises(ConfigError, match=rf"{twice}: key 'shards' is given twice .*lines 1 and 3"):
+        check_config_files([twice])
+    as_json = tmp_path / "mine.json"
+    as_json.write_text('{"models": {}, "models": {}}')
+    with pytest.raises(ConfigError, match=rf"{as_json}: key 'models' is given twice"):
+        check_config_files([as_json])
+    (tmp_path / "same.yaml").write_text("a: {b: 1}\nc: {b: 2}\n")  # one key per mapping
+    check_config_files([tmp_path / "same.yaml"])
+
+
+def test_a_texts_corpus_takes_every_text_and_each_shows_a_character():
+    assert visible("a") and visible("\u200b.") and visible("é")
+    assert not visible("\u200b\u200c\u200d\ufeff \t\n\u00a0\u2028\u202e")
+    check_texts("mine", {"kind": "texts", "texts": ["A cat.", ["A.", "B."]], "n_sequences": 0})
+    with pytest.raises(ConfigError, match=r"corpora\.mine\.n_sequences is 1, but a texts"):
+        check_texts("mine", {"kind": "texts", "texts": ["A cat.", "A dog."], "n_sequences": 1})
+    with pytest.raises(ConfigError, match=r"corpora\.mine\.texts\[1\] has no visible character"):
+        check_texts("mine", {"kind": "texts", "texts": ["A cat.", ["A dog.", "\u200b\u200b"]]})
+    check_texts("wiki", {"kind": "wiki", "n_sequences": 4})
+
+
+def test_view_sequences_beyond_a_corpus_the_config_sizes_are_refused():
+    config = default_config()  # texts: 3 texts; wiki: n_sequences 992
+    config["analyses"]["views"]["sequences"] = {"texts": [0, 2], "wiki": [991]}
+    check_view_sequences(config)
+    config["analyses"]["views"]["sequences"] = {"texts": [0, 5, 3]}
+    with pytest.raises(
+        ConfigError, match=r"sequences\.texts names sequences \[3, 5\], but corpus 'texts' has 3"
+    ):
+        check_view_sequences(config)
+    config["analyses"]["views"]["sequences"] = {"wiki": [992]}
+    with pytest.raises(ConfigError, match=r"corpus 'wiki' has 992 sequences at most"):
+        check_view_sequences(config)
+    config["corpora"]["wiki"]["n_sequences"] = 0  # all: known once encoded
+    check_view_sequences(config)
+
+
+def test_position_heads_are_checked_against_the_models_layers_and_heads():
+    config = default_config()
+    every = list(range(6))
+    config["analyses"]["position"]["heads"] = [[6, 12]]
+    check_position_heads(config, "m", every, 6, 12)
+    config["analyses"]["position"]["heads"] = [[7, 1]]
+    with pytest.raises(ConfigError, match=r"names layer 7 \(head 1\), but model 'm' has 6 layers"):
+        check_position_heads(config, "m", every, 6, 12)
+    config["analyses"]["position"]["heads"] = [[2, 13]]
+    with pytest.raises(ConfigError, match=r"names head 13 of layer 2, but model 'm' has 12 heads"):
+        check_position_heads(config, "m", every, 6, 12)
+    config["analyses"]["position"]["heads"] = [[2, 1]]
+    config["layers"] = [6]
+    with pytest.raises(ConfigError, match=r"layer 2 \(head 1\), which layers: \[6\] leaves out"):
+        check_position_heads(config, "m", [5], 6, 12)
+
+
+def test_a_list_naming_every_layer_is_the_whole_model():
+    config = default_config()
+    config["layers"] = [3, 1, 2]
+    check_every_layer(config, families(), {"a": 3})
+    with pytest.raises(ConfigError, match=r"layers selects layers \[3, 1, 2\], but analyses"):
+        check_every_layer(config, families(), {"a": 3, "b": 4})
+    with pytest.raises(ConfigError, match="needs every layer"):
+        check_every_layer(config, families(), {"a": None})  # depth unknown: a subset
