@@ -94,7 +94,10 @@ def test_a_decoder_with_its_head_views_its_next_token(tmp_path):
     assert model.lm_head == "causal" and model.weights.causal
     header, arrays = read_page(attnscope.view(model, "The cat sat on the mat.").html)
     n = header["n"]
-    assert header["prediction"]["positions"] == [n - 1]
+    # what follows the text's last piece ".", not what follows the closing </s>
+    assert header["tokens"][-1] == "</s>" and header["tokens"][n - 2] == "."
+    assert header["prediction"]["positions"] == [n - 2]
+    assert header["prediction"]["token"] == ["."] and header["prediction"]["kind"] == "next"
     parts = attnscope.decompose(model, "The cat sat on the mat.", scopes=("Propagated",))
     later = np.triu(parts.maps["Propagated"], k=1)
     assert parts.maps["Propagated"].shape == (2, n, n) and (later == 0).all()

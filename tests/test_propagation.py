@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnscope.analyses.mixing.plots import prediction as prediction_figure
 from attnscope.analyses.mixing.rollout import rollout_step
 from attnscope.architectures import architecture, canonical_weights, prediction_head
 from attnscope.core.attention import visible_pairs
@@ -280,8 +281,42 @@ def test_depth_corpus_tables(tmp_path, family):
     assert {"Logit", "LogitDifference"} <= set(check.index) and (check["max_rel"] < 1e-5).all()
     if not weights.causal:  # every "[MASK]" (id 4, at position 3 of each sequence)
         assert list(totals.index) == [(b, 3) for b in range(N)]
-    else:  # each sequence's last token
-        assert list(totals.index.get_level_values("position")) == (mask.sum(1) - 1).tolist()
+        assert set(prediction["predicts"]) == {"masked"}
+    else:  # each sequence's last text piece: the one before its closing SEP (id 3, at n - 1)
+        last = (mask.sum(1) - 2).tolist()
+        assert list(totals.index.get_level_values("position")) == last
+        assert set(prediction["predicts"]) == {"next"}
+        figure = prediction_figure(prediction, 2, family)
+        assert figure.axes[0].get_title().startswith(f"sequence 0, after position {last[0]} (")
+        with HiddenStates(path) as store:
+            assert [store.input_ids[b, p + 1] for b, p in enumerate(last)] == [3] * N
+
+
+def test_a_causal_lm_predicts_after_the_texts_last_piece(tmp_path):
+    """With a Llama-style tokenizer (<s> start, </s> separator) the corpora close every text
+    with </s>: the prediction is made at the piece before it, for one text and for a pair
+    (START a SEP b SEP), and at the last piece of a wiki512 window (START and text only)."""
+    from attnscope.data.corpora import KINDS, encode_corpus
+    from attnscope.maps.prediction import prediction_positions
+    from conftest import WIKITEXT, train_bpe_tokenizer
+
+    tokenizer = train_bpe_tokenizer(tmp_path)
+    texts = ["The cat sat on the mat", ["A cat sat.", "It slept"]]
+    corpus = encode_corpus("texts", [], tokenizer, {"texts": texts})
+    ids, mask, words = corpus.input_ids, corpus.attention_mask, corpus.word_ids
+    where = prediction_positions(ids, mask, words, None)
+    n = mask.sum(1)
+    assert where == [(0, n[0] - 2), (1, n[1] - 2)]
+    for (row, position), last_word in zip(where, (" mat", " slept"), strict=True):
+        assert ids[row, position + 1] == tokenizer.eos_token_id  # the layout's closing </s>
+        assert ids[row, position] == tokenizer(last_word)["input_ids"][-1]
+    files = [WIKITEXT.parents[1] / f.relpath for f in KINDS["wiki512"].data_files]
+    if not all(f.is_file() for f in files):
+        pytest.skip(f"WikiText-2 is not in {WIKITEXT.parents[1]}")
+    windows = encode_corpus("wiki512", files, tokenizer, {"n_sequences": 2, "max_length": 65})
+    assert (windows.input_ids[:, 0] == tokenizer.bos_token_id).all()
+    found = prediction_positions(windows.input_ids, windows.attention_mask, windows.word_ids, None)
+    assert found == [(0, 64), (1, 64)]
 
 
 def test_depth_without_a_head_says_not_applicable(tmp_path):

@@ -248,7 +248,8 @@ def test_decoders_run_every_rule(decoder_run):
 
 def test_decoders_carry_the_decomposition_to_the_next_token(decoder_run):
     """GPT-2 and the rotary decoders: the propagated split through every layer and into the
-    next-token logit at each sequence's last token."""
+    next-token logit at each sequence's last text piece (wiki: START a SEP b SEP, so the one
+    before the closing SEP, not the SEP: what follows it would start another document)."""
     workdir, config = decoder_run
     for model in (*DECODER_RUN, "gpt2"):
         mixing = workdir / "results" / model / "wiki/mixing"
@@ -257,11 +258,12 @@ def test_decoders_carry_the_decomposition_to_the_next_token(decoder_run):
         with h5py.File(workdir / "results" / model / "wiki/hidden_states.h5", "r") as f:
             lengths = f["attention_mask"][()].sum(1)
         positions = prediction.groupby("sequence")["position"].first()
-        assert positions.tolist() == (lengths - 1).tolist()
+        assert positions.tolist() == (lengths - 2).tolist()
+        assert set(prediction["predicts"]) == {"next"}
         # the page's prediction row is the table's split of the same logit
         header, arrays = read_page((mixing.parent / "views/sequence_0002.html").read_text())
         rows = prediction[(prediction.sequence == 2) & (prediction.source >= 0)]
-        assert header["prediction"]["positions"] == [lengths[2] - 1]
+        assert header["prediction"]["positions"] == [lengths[2] - 2]
         assert header["prediction"]["logit"][0] == pytest.approx(rows.logit.iloc[0], rel=1e-4)
         want = rows.contribution.to_numpy()
         np.testing.assert_allclose(
