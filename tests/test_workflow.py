@@ -869,14 +869,36 @@ def test_bad_config_fails_before_any_job(tmp_path, change, message):
     assert not (tmp_path / "results").exists()
 
 
-def test_max_length_beyond_the_model_fails_before_any_job(tmp_path, tiny_model_dir):
-    """A corpus longer than the model's positions stops the run at once, naming both."""
+@pytest.mark.parametrize(
+    "change, messages",
+    [
+        (
+            {"corpora": {"wiki": {"max_length": 100000}}},
+            ["corpora.wiki.max_length is 100000", "at most 512 positions"],
+        ),
+        # issue 35, item 8: one piece twice (the tokenizer lowercases), read before any job
+        (
+            {"analyses": {"mixing": {"contrast": ["Cat", "cat"]}}},
+            [
+                "config: model 'tiny': analyses.mixing.contrast: target 'Cat' and foil 'cat'",
+                "are the same piece ['cat']",
+            ],
+        ),
+    ],
+)
+def test_a_setting_the_model_cannot_take_fails_before_any_job(
+    tmp_path, tiny_model_dir, change, messages
+):
+    """A corpus longer than the model's positions, or a contrast its tokenizer cannot give,
+    stops the run at once, naming both."""
     config = small_config({"tiny": {"source": "path", "path": str(tiny_model_dir)}})
-    config["corpora"]["wiki"]["max_length"] = 100000
+    for section, settings in change.items():
+        for key, value in settings.items():
+            config[section][key].update(value)
     result = snakemake(tmp_path, config, "--dry-run")
     text = result.stdout + result.stderr
     assert result.returncode != 0
-    assert "corpora.wiki.max_length is 100000" in text and "at most 512 positions" in text
+    assert all(message in text for message in messages), text[-3000:]
     assert not (tmp_path / "results").exists()
 
 

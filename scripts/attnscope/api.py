@@ -122,10 +122,18 @@ class View:
         )
 
 
-def _prediction(model: Model, contrast: list[str]) -> Prediction:
+def _prediction(model: Model, contrast: list[str], scopes: bool) -> Prediction:
+    """What the page's prediction row splits; a contrast it could not show is refused."""
+    if contrast and model.lm_head is None:
+        raise ValueError(
+            f"contrast {contrast!r} needs a language-model head, but the model in "
+            f"{model.path} has none (or was loaded with head=False): it predicts no token"
+        )
+    if contrast and not scopes:
+        raise ValueError(f"contrast {contrast!r} needs scopes=True (the prediction row)")
     manifest = {"lm_head": model.lm_head}
     head = prediction_head(model.module)
-    return Prediction.of(head, manifest, model.tokenizer, contrast, model.module)
+    return Prediction.of(head, manifest, model.tokenizer, contrast, model.module, "contrast")
 
 
 def view(
@@ -139,7 +147,11 @@ def view(
     title: str | None = None,
 ) -> View:
     """The views' page of one text: what the `views_pages` rule writes per sequence.
-    `scopes`: also the whole-layer scopes, the propagated map and the prediction row."""
+    `scopes`: also the whole-layer scopes, the propagated map and the prediction row;
+    `contrast` [target, foil]: that row also splits logit(target) - logit(foil)."""
+    if isinstance(contrast, str):
+        raise TypeError(f"contrast is [target, foil], a list of two strings, not {contrast!r}")
+    prediction = _prediction(model, list(contrast), scopes)
     with _one(model, text) as store:
         page = sequence_page(
             store,
@@ -152,7 +164,7 @@ def view(
             top_k=top_k,
             max_rel_residual=MAX_RELATIVE_RESIDUAL,
             device=model.device,
-            prediction=_prediction(model, list(contrast)),
+            prediction=prediction,
         )
     label = text if isinstance(text, str) else " | ".join(text)
     return View(render_page(page, title or f"{model.weights.model_type}: {label}"))

@@ -30,6 +30,7 @@ from attnscope.core.attention import through
 from attnscope.core.canonical import CanonicalLayerNorm, CanonicalModel, PredictionHead
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
+from attnscope.core.tokens import contrast_ids
 from attnscope.maps.layer_decomposition import layer_norm_parts
 from attnscope.maps.propagation import Carried
 
@@ -136,25 +137,6 @@ def prediction_rows(
     return pd.concat(frames, ignore_index=True)
 
 
-def contrast_ids(tokenizer, contrast: list[str]) -> tuple[int, int] | None:
-    """Token ids of the `contrast` setting [target, foil] (each must be one piece of the
-    model's vocabulary, e.g. " Paris" with its leading space for a byte-level BPE), or None
-    when it is empty."""
-    if not contrast:
-        return None
-    ids = []
-    for text in contrast:
-        pieces = tokenizer(text, add_special_tokens=False)["input_ids"]
-        if len(pieces) != 1:
-            shown = tokenizer.convert_ids_to_tokens(pieces)
-            raise ValueError(
-                f"analyses.mixing.contrast: {text!r} is {len(pieces)} pieces {shown} for this "
-                "model's tokenizer; target and foil must each be one piece"
-            )
-        ids.append(pieces[0])
-    return ids[0], ids[1]
-
-
 @dataclass
 class Prediction:
     """What the prediction attribution needs: the model's head (None: no LM head), the mask
@@ -171,14 +153,21 @@ class Prediction:
 
     @classmethod
     def of(
-        cls, head: PredictionHead | None, manifest: dict, tokenizer, contrast: list[str], model
+        cls,
+        head: PredictionHead | None,
+        manifest: dict,
+        tokenizer,
+        contrast: list[str],
+        model,
+        setting: str = "analyses.mixing.contrast",
     ) -> Prediction:
         """What a model predicts with its `head` (`LoadedModel.head`), with the `contrast`
-        setting [target, foil] (empty: none); `model` as the field."""
+        setting [target, foil] (empty: none; `setting` names it in errors, see
+        `core.tokens.contrast_ids`); `model` as the field."""
         return cls(
             head=head,
             mask_token_id=tokenizer.mask_token_id if manifest["lm_head"] == "masked" else None,
-            contrast=contrast_ids(tokenizer, contrast),
+            contrast=contrast_ids(tokenizer, contrast, setting),
             token_of=tokenizer.convert_ids_to_tokens,
             model=model,
         )
