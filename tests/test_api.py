@@ -168,6 +168,52 @@ def test_a_typed_mask_is_the_mask_token_the_page_predicts(masked_lm):
     )
 
 
+def test_load_names_a_missing_folder_and_every_call_takes_a_folder(decoder, tmp_path):
+    """Issue 35, item 11: a folder that is not there is named (no try on the Hugging Face hub);
+    a folder given to view, decompose, norms, head_statistics or states is loaded for the call
+    (BertViz-style), anything else is a TypeError saying what to pass."""
+    from attnscope.pipeline.models import ModelNotFoundError
+
+    missing = tmp_path / "nonexistent"
+    with pytest.raises(ModelNotFoundError, match="no model folder .*nonexistent.* does not exist"):
+        attnscope.load(missing)
+    with pytest.raises(ModelNotFoundError, match="no model folder 'bert-base-uncased'"):
+        attnscope.load("bert-base-uncased")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelNotFoundError, match="no config.json in"):
+        attnscope.load(tmp_path / "empty")
+    folder = str(decoder.path)
+    header, _ = read_page(attnscope.view(folder, "The cat sat.").html)
+    assert header["tokens"][-1] == "</s>" and header["prediction"]["kind"] == "next"
+    direct = attnscope.norms(decoder, "The cat sat.")
+    np.testing.assert_array_equal(attnscope.norms(Path(folder), "The cat sat.").norms, direct.norms)
+    assert attnscope.decompose(folder, "The cat sat.", scopes=("Attn",)).tokens == direct.tokens
+    heads, _ = attnscope.head_statistics(folder, ["The cat sat."])
+    assert len(heads) == decoder.weights.n_layers * decoder.weights.n_heads
+    with attnscope.states(folder, ["The cat sat."]) as store:
+        assert store.n_sequences == 1
+    for call in (attnscope.view, attnscope.norms):
+        with pytest.raises(TypeError, match=r"an attnscope.Model \(model = attnscope.load"):
+            call(decoder.module, "The cat sat.")
+
+
+def test_a_text_longer_than_the_models_positions_is_refused(masked_lm, minilm):
+    """Issue 35, item 13: the limit is the model's positions, as the workflow's checks count
+    them (64 here, 512 for MiniLM); a text of 64 pieces runs, one of 65 is refused by its
+    length and the limit (never truncated), and so is a max_length beyond the model."""
+    assert masked_lm.max_positions == 64 and minilm.max_positions == 512
+    fits = "cat " * 62  # [CLS] + 62 + [SEP]
+    assert attnscope.norms(masked_lm, fits).alpha.shape[-1] == 64
+    with pytest.raises(ValueError, match="text 0 is 65 pieces .* more than the 64 positions"):
+        attnscope.norms(masked_lm, fits + "cat")
+    with pytest.raises(ValueError, match="text 1 is 65 pieces .* more than max_length 64"):
+        with attnscope.states(masked_lm, ["A cat.", fits + "cat"], max_length=64):
+            pass
+    with pytest.raises(ValueError, match="max_length 100 is more than the 64 positions"):
+        with attnscope.states(masked_lm, ["A cat."], max_length=100):
+            pass
+
+
 def test_import_is_light_and_the_api_is_lazy():
     code = "import sys, attnscope; assert 'torch' not in sys.modules; attnscope.view; print('ok')"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
