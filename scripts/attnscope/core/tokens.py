@@ -57,3 +57,37 @@ def categorize(
         cat[:, 0] = np.where(input_ids[:, 0] == start, CLS, cat[:, 0])
     cat[attention_mask == 0] = PAD
     return cat
+
+
+def contrast_ids(
+    tokenizer, contrast: list[str], setting: str = "analyses.mixing.contrast"
+) -> tuple[int, int] | None:
+    """Token ids of a contrast [target, foil] (None when it is empty): two different pieces
+    of the model's vocabulary, each one piece and not the unknown token (e.g. " Paris" with
+    its leading space for a byte-level BPE). A ValueError names `setting` otherwise."""
+    if not contrast:
+        return None
+    if len(contrast) != 2:
+        raise ValueError(f"{setting}: give [target, foil], two pieces, not {list(contrast)!r}")
+    ids = []
+    for text in contrast:
+        pieces = tokenizer(text, add_special_tokens=False)["input_ids"]
+        if len(pieces) != 1:
+            shown = tokenizer.convert_ids_to_tokens(pieces)
+            raise ValueError(
+                f"{setting}: {text!r} is {len(pieces)} pieces {shown} for this "
+                "model's tokenizer; target and foil must each be one piece"
+            )
+        if tokenizer.unk_token_id is not None and pieces[0] == tokenizer.unk_token_id:
+            raise ValueError(
+                f"{setting}: {text!r} is the unknown token {tokenizer.unk_token!r} for this "
+                "model's tokenizer (not in its vocabulary); its logit says nothing of the word"
+            )
+        ids.append(int(pieces[0]))
+    if ids[0] == ids[1]:
+        shown = tokenizer.convert_ids_to_tokens(ids[:1])
+        raise ValueError(
+            f"{setting}: target {contrast[0]!r} and foil {contrast[1]!r} are the same piece "
+            f"{shown} for this model's tokenizer; their logit difference is 0"
+        )
+    return ids[0], ids[1]

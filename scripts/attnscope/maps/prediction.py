@@ -10,7 +10,10 @@ with the soft-cap's factor k = softcap(z) / z (z the capped logit's input), whic
 with a zero baseline gives for the scalar c tanh(z / c). Checked against the model's own
 logits: a forward pass of the loaded model, or on the layer-streamed route (no model in
 memory) its head on the last state X_L. Where the logits are read: masked positions for a
-masked LM, each sequence's last real token (what comes next) for a causal LM.
+masked LM; for a causal LM each sequence's last text piece (what follows the user's text), not
+the closing separator the layout adds (`data/corpora/layout.py`), whose next token would be the
+start of another document. Text pieces are those with a word (`word_ids` >= 0); the start,
+separators and padding have none.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from attnscope.core.attention import through
 from attnscope.core.canonical import CanonicalLayerNorm, CanonicalModel, PredictionHead
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
+from attnscope.core.tokens import contrast_ids
 from attnscope.maps.layer_decomposition import layer_norm_parts
 from attnscope.maps.propagation import Carried
 
@@ -36,14 +40,18 @@ CONTRAST = "LogitDifference"
 
 
 def prediction_positions(
-    input_ids: np.ndarray, mask: np.ndarray, mask_token_id: int | None
+    input_ids: np.ndarray, mask: np.ndarray, word_ids: np.ndarray, mask_token_id: int | None
 ) -> list[tuple[int, int]]:
     """(row, position) pairs whose prediction is attributed: every [MASK] when
-    `mask_token_id` is given (masked LM), else each row's last real token (causal LM)."""
+    `mask_token_id` is given (masked LM), else each row's last text piece (causal LM): the
+    last real position that belongs to a word, before the separator(s) the layout closes
+    with. input_ids, mask, word_ids [B, n]; a row without any text piece has none."""
+    real = mask > 0
     if mask_token_id is not None:
-        rows, positions = np.nonzero((input_ids == mask_token_id) & (mask > 0))
+        rows, positions = np.nonzero((input_ids == mask_token_id) & real)
         return list(zip(rows.tolist(), positions.tolist(), strict=True))
-    return [(row, int(length) - 1) for row, length in enumerate(mask.sum(1)) if length > 0]
+    text = real & (word_ids >= 0)
+    return [(row, int(np.flatnonzero(t)[-1])) for row, t in enumerate(text) if t.any()]
 
 
 def _normed(parts, bias, ln: CanonicalLayerNorm | None):
@@ -94,10 +102,14 @@ def prediction_rows(
     bias_share: np.ndarray,
     logits: np.ndarray,
     token_of,
+    kind: str,
 ) -> pd.DataFrame:
     """Rows of prediction.tsv for P positions: one per visible source token and one for the
-    bias (`source` -1). columns [P, k] (predicted, then target and foil when a contrast is
-    set), contributions [P, k, m], bias_share [P, k], logits [P, k] the model's own."""
+    bias (`source` -1). `position` and `token` name the piece the prediction is made at;
+    `predicts` (`kind`) says what it predicts there: "masked" (the piece behind that [MASK])
+    or "next" (the piece after that one, a causal LM's next word). columns [P, k] (predicted,
+    then target and foil when a contrast is set), contributions [P, k, m], bias_share [P, k],
+    logits [P, k] the model's own."""
     frames = []
     located = zip(sequences, positions, input_ids, strict=True)
     for p, (sequence, position, ids) in enumerate(located):
@@ -107,6 +119,7 @@ def prediction_rows(
                 "sequence": sequence,
                 "position": position,
                 "token": token_of(int(ids[position])),
+                "predicts": kind,
                 "predicted": token_of(int(columns[p, 0])),
                 "logit": logits[p, 0],
                 "source": np.append(sources, BIAS_SOURCE),
@@ -122,25 +135,6 @@ def prediction_rows(
             )
         frames.append(frame)
     return pd.concat(frames, ignore_index=True)
-
-
-def contrast_ids(tokenizer, contrast: list[str]) -> tuple[int, int] | None:
-    """Token ids of the `contrast` setting [target, foil] (each must be one piece of the
-    model's vocabulary, e.g. " Paris" with its leading space for a byte-level BPE), or None
-    when it is empty."""
-    if not contrast:
-        return None
-    ids = []
-    for text in contrast:
-        pieces = tokenizer(text, add_special_tokens=False)["input_ids"]
-        if len(pieces) != 1:
-            shown = tokenizer.convert_ids_to_tokens(pieces)
-            raise ValueError(
-                f"analyses.mixing.contrast: {text!r} is {len(pieces)} pieces {shown} for this "
-                "model's tokenizer; target and foil must each be one piece"
-            )
-        ids.append(pieces[0])
-    return ids[0], ids[1]
 
 
 @dataclass
@@ -159,14 +153,21 @@ class Prediction:
 
     @classmethod
     def of(
-        cls, head: PredictionHead | None, manifest: dict, tokenizer, contrast: list[str], model
+        cls,
+        head: PredictionHead | None,
+        manifest: dict,
+        tokenizer,
+        contrast: list[str],
+        model,
+        setting: str = "analyses.mixing.contrast",
     ) -> Prediction:
         """What a model predicts with its `head` (`LoadedModel.head`), with the `contrast`
-        setting [target, foil] (empty: none); `model` as the field."""
+        setting [target, foil] (empty: none; `setting` names it in errors, see
+        `core.tokens.contrast_ids`); `model` as the field."""
         return cls(
             head=head,
             mask_token_id=tokenizer.mask_token_id if manifest["lm_head"] == "masked" else None,
-            contrast=contrast_ids(tokenizer, contrast),
+            contrast=contrast_ids(tokenizer, contrast, setting),
             token_of=tokenizer.convert_ids_to_tokens,
             model=model,
         )
@@ -218,12 +219,13 @@ def reference_logits(
 @dataclass
 class Attribution:
     """The logits of P positions split by input token: `rows` and `positions` in the batch,
-    `columns` [P, k] the token ids (predicted, then target and foil when a contrast is set),
-    `contributions` [P, k, n] per input token, `bias` [P, k] the bias part, `logits` [P, k]
-    the model's own (parts + bias = logits, checked)."""
+    `kind` what is predicted there, `columns` [P, k] the token ids (predicted, then target
+    and foil when a contrast is set), `contributions` [P, k, n] per input token, `bias`
+    [P, k] the bias part, `logits` [P, k] the model's own (parts + bias = logits, checked)."""
 
     rows: list[int]
     positions: list[int]
+    kind: str  # "masked" (at each [MASK]) or "next" (after each sequence's last text piece)
     columns: np.ndarray
     contributions: np.ndarray
     bias: np.ndarray
@@ -243,7 +245,7 @@ def attribute(
     foil) by input token (None when the batch has no position to attribute), checked against
     the model's logits: relative to |logit|, at least the spread of the position's logits."""
     mask = batch.mask.cpu().numpy()
-    where = prediction_positions(batch.input_ids, mask, prediction.mask_token_id)
+    where = prediction_positions(batch.input_ids, mask, batch.word_ids, prediction.mask_token_id)
     if not where:
         return None
     rows = torch.tensor([r for r, _ in where], device=batch.X.device)
@@ -274,6 +276,7 @@ def attribute(
     return Attribution(
         rows=[r for r, _ in where],
         positions=[p for _, p in where],
+        kind="masked" if prediction.mask_token_id is not None else "next",
         columns=columns.cpu().numpy(),
         contributions=contributions.cpu().numpy(),
         bias=bias_part.cpu().numpy(),
@@ -293,4 +296,5 @@ def prediction_frame(batch, found: Attribution, token_of) -> pd.DataFrame:
         found.bias,
         found.logits,
         token_of,
+        found.kind,
     )

@@ -232,9 +232,10 @@ def check_models(config: dict, masked_corpora: list[str] = ()) -> None:
     """Every model that is on this machine exists, has a supported architecture, a
     tokenizer and whole weight files (`require_weights`), has safetensors weights if
     `loading` is layer-streamed, has every layer that `layers` names and at least `shards`
-    of them, takes inputs as long as every corpus's max_length, and has a mask token if an
-    analysis reads a corpus with [MASK] (`masked_corpora`) (hub models still to fetch: at
-    acquisition)."""
+    of them, takes inputs as long as every corpus's max_length, has a mask token if an
+    analysis reads a corpus with [MASK] (`masked_corpora`), and has `contrast`'s pieces
+    (`check_contrast`) (hub models still to fetch: at acquisition; the contrast of a GGUF
+    still to dequantise: at the job's start)."""
     for name, spec in config["models"].items():
         model_config = local_model_config(name, spec, config["mirror"])
         if model_config is None:
@@ -244,6 +245,7 @@ def check_models(config: dict, masked_corpora: list[str] = ()) -> None:
         if folder is not None:
             require_tokenizer(name, folder)
             require_weights(name, folder)
+            check_contrast(name, folder, config.get("analyses", {}).get("mixing", {}))
         if masked_corpora and not family.has_mask_token:
             raise ConfigError(
                 f"config: model {name!r} ({model_config['model_type']}) has no mask token, but "
@@ -274,6 +276,25 @@ def check_models(config: dict, masked_corpora: list[str] = ()) -> None:
                     f"config: corpora.{corpus}.max_length is {settings['max_length']}, but "
                     f"model {name!r} takes at most {limit} positions; lower max_length"
                 )
+
+
+def check_contrast(name: str, folder, mixing: dict) -> None:
+    """`analyses.mixing.contrast` is two different pieces of the vocabulary of model `name`
+    (in `folder`) if it has an LM head (`core.tokens.contrast_ids`; a model without one
+    predicts nothing). Reads the tokenizer only when a contrast is set."""
+    if not mixing.get("contrast"):
+        return
+    from transformers import AutoTokenizer
+
+    from attnscope.architectures import lm_head_kind
+    from attnscope.core.tokens import contrast_ids
+
+    if lm_head_kind(str(folder)) is None:
+        return
+    try:
+        contrast_ids(AutoTokenizer.from_pretrained(folder), mixing["contrast"])
+    except ValueError as error:
+        raise ConfigError(f"config: model {name!r}: {error}") from None
 
 
 def check_position_heads(

@@ -400,16 +400,17 @@ def cuda_visible() -> bool | None:
 
 
 def check_local_device(setting: str, compute_dtype: str = "float32") -> None:
-    """Before any job of a local run: `device: cuda` needs a CUDA device torch can see, and
-    `compute_dtype` must run on the device (`check_compute_dtype`)."""
+    """Before any job of a local run: `device: cuda` (or cuda:N) needs a CUDA device torch
+    can see (the N-th: `pick_device`), and `compute_dtype` must run on the device
+    (`check_compute_dtype`)."""
     visible = cuda_visible()
-    if setting == "cuda" and visible is False:
+    if setting.startswith("cuda") and visible is False:
         raise RuntimeError(
-            "config: device is cuda, but torch sees no CUDA device on this machine; use "
+            f"config: device is {setting}, but torch sees no CUDA device on this machine; use "
             "device: auto or cpu here, or run on GPU nodes (--profile profiles/slurm)"
         )
     if visible is not None:
-        check_compute_dtype(compute_dtype, "cuda" if visible and setting != "cpu" else "cpu")
+        check_compute_dtype(compute_dtype, pick_device(setting) if visible else "cpu")
 
 
 def check_compute_dtype(name: str, device: str) -> None:
@@ -435,15 +436,27 @@ def check_compute_dtype(name: str, device: str) -> None:
 
 
 def pick_device(setting: str) -> str:
-    """Resolve the `device` setting (auto/cpu/cuda) to a torch device string."""
+    """Resolve the `device` setting to a torch device string: "cpu"; "cuda" or "cuda:N" (a GPU
+    torch sees, N < their count); "auto" (cuda where torch sees one, else cpu). Anything else
+    is refused, naming the setting: no device is swapped for another silently."""
     import torch
 
     if setting == "cpu":
         return "cpu"
-    available = torch.cuda.is_available()
-    if setting == "cuda" and not available:
-        raise RuntimeError("device: cuda was asked for, but torch sees no CUDA device")
-    return "cuda" if available else "cpu"
+    if setting == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    index = str(setting).removeprefix("cuda:") if str(setting).startswith("cuda:") else None
+    if setting != "cuda" and not (index and index.isascii() and index.isdigit()):
+        raise ValueError(f"device: {setting!r} is not one of auto, cpu, cuda or cuda:N")
+    if not torch.cuda.is_available():
+        raise RuntimeError(f"device: {setting} was asked for, but torch sees no CUDA device")
+    count = torch.cuda.device_count()
+    if index is not None and int(index) >= count:
+        raise RuntimeError(
+            f"device: {setting} was asked for, but torch sees {count} CUDA device(s): "
+            f"cuda:0 to cuda:{count - 1}"
+        )
+    return setting
 
 
 def open_model(

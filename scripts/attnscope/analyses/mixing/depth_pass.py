@@ -134,5 +134,6 @@ def prediction_table(prediction: Prediction, frames: list[pd.DataFrame]) -> pd.D
     if prediction.head is None:
         return not_applicable("no LM head")
     if not frames:
-        return not_applicable("no [MASK] in the corpus to predict")
+        what = "[MASK]" if prediction.mask_token_id is not None else "text piece"
+        return not_applicable(f"no {what} in the corpus to predict")
     return pd.concat(frames, ignore_index=True)

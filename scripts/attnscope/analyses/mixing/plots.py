@@ -185,8 +185,9 @@ def prediction(prediction: pd.DataFrame, prediction_examples: int, title: str):
         ax.set_yticks([])
         ax.grid(False)
         first = rows.iloc[0]
+        at = "after" if first["predicts"] == "next" else "at"
         ax.set_title(
-            f"sequence {sequence}, position {position} ({first['token']}): predicts "
+            f"sequence {sequence}, {at} position {position} ({first['token']}): predicts "
             f"{first['predicted']}, logit {first['logit']:.2f} (|max| part {limit:.2f})",
             fontsize="small",
         )

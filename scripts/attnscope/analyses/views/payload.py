@@ -14,7 +14,8 @@ For a sequence of n real pieces, per layer l (1-based, as in every table) and he
                                             state after layer l, carried through the depth)
 
 and, when `scopes` is on and the model has an LM head, the prediction at P positions (every
-[MASK] of a masked LM, the last piece of a causal LM; `header["prediction"]` names them):
+[MASK] of a masked LM, the text's last piece of a causal LM (before the closing separator);
+`header["prediction"]` names them):
 
     prediction/logit    [P, n]     float32  input token j's part of the predicted logit
     prediction/contrast [P, n]     float32  its part of logit(target) - logit(foil), when the
@@ -230,12 +231,13 @@ def add_prediction(
     with torch.no_grad():
         found = attribute(weights, store, batch, last, prediction, ig_steps, residuals)
     if found is None:
-        page.header["prediction"] = {"reason": "no [MASK] in this sequence to predict"}
+        what = "[MASK]" if prediction.mask_token_id is not None else "text piece"
+        page.header["prediction"] = {"reason": f"no {what} in this sequence to predict"}
         return
     token_of = prediction.token_of
     page.arrays["prediction/logit"] = found.contributions[:, 0, :n].astype("f4")
     page.header["prediction"] = {
-        "kind": "masked" if prediction.mask_token_id is not None else "next",
+        "kind": found.kind,
         "positions": found.positions,
         "token": [page.header["tokens"][p] for p in found.positions],
         "predicted": [token_of(int(c)) for c in found.columns[:, 0]],

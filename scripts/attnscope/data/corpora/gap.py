@@ -17,10 +17,13 @@ from attnscope.data.corpora.layout import Pieces, Sequence
 GAP_COLUMNS = "ID Text Pronoun Pronoun-offset A A-offset A-coref B B-offset B-coref".split()
 
 
-def split_words(text: str) -> list[tuple[str, int, int]]:
+def split_words(text: str, keep: tuple[str, ...] = ()) -> list[tuple[str, int, int]]:
     """(word, start, end) character spans: runs of letters/digits and single other non-space
-    characters."""
-    return [(m.group(), *m.span()) for m in re.finditer(r"\w+|[^\w\s]", text)]
+    characters; each string of `keep` (a tokenizer's special tokens, e.g. "[MASK]") is one
+    word where it occurs."""
+    whole = [re.escape(k) for k in sorted(keep, key=len, reverse=True) if k]
+    pattern = "|".join([*whole, r"\w+", r"[^\w\s]"])
+    return [(m.group(), *m.span()) for m in re.finditer(pattern, text)]
 
 
 def spaces_before(text: str, spans: list[tuple[str, int, int]]) -> list[bool]:

@@ -28,9 +28,20 @@ class Pieces:
         self.tokenizer = tokenizer
         self.start, self.sep = special_ids(tokenizer)
         self.cache: dict[str, list[int]] = {}
+        # the tokenizer's special tokens ([CLS], [MASK], <|endoftext|>, ...) by their text
+        self.specials = {
+            token: int(token_id)
+            for token, token_id in zip(
+                tokenizer.all_special_tokens, tokenizer.all_special_ids, strict=True
+            )
+        }
 
-    def __call__(self, words: list[str], spaces: list[bool] | None = None) -> list[list[int]]:
-        """Pieces of each word; spaces[i]: a space precedes word i (default: all but the first)."""
+    def __call__(
+        self, words: list[str], spaces: list[bool] | None = None, specials: bool = False
+    ) -> list[list[int]]:
+        """Pieces of each word; spaces[i]: a space precedes word i (default: all but the first).
+        With `specials`, a word that is one of the tokenizer's special tokens (a "[MASK]"
+        typed in a text) is that token's id alone, whatever the space before it."""
         if spaces is None:
             spaces = [i > 0 for i in range(len(words))]
         keys = [" " + w if s else w for w, s in zip(words, spaces, strict=True)]
@@ -38,6 +49,11 @@ class Pieces:
         if missing:
             found = self.tokenizer(missing, add_special_tokens=False)["input_ids"]
             self.cache.update(zip(missing, found, strict=True))
+        if specials:
+            return [
+                [self.specials[w]] if w in self.specials else self.cache[k]
+                for w, k in zip(words, keys, strict=True)
+            ]
         return [self.cache[k] for k in keys]
 
     def layout(self, segments: list[list[list[int]]], meta: dict) -> Sequence:
