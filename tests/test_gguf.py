@@ -117,3 +117,16 @@ def test_smollm2_package_is_one_gguf_of_a_supported_architecture():
     config = local_model_config("smollm2", spec)
     assert config["model_type"] == "llama" and config["num_hidden_layers"] == 30
     assert (config["num_attention_heads"], config["num_key_value_heads"]) == (9, 3)
+
+
+def test_the_api_loads_a_gguf_file(tiny_gguf, tmp_path, monkeypatch):
+    """attnscope.load takes a GGUF file like a folder: dequantised once into its cache."""
+    import attnscope
+    from attnscope import api
+
+    path, _ = tiny_gguf
+    monkeypatch.setattr(api, "GGUF_CACHE", tmp_path / "cache")
+    model = attnscope.load(path)
+    assert model.path == tmp_path / "cache" / "tiny" and model.lm_head == "causal"
+    parts = attnscope.decompose(model, ["The cat sat on the mat."])
+    assert parts.check["max_rel"].max() < 1e-5

