@@ -98,8 +98,10 @@ def test_check_tables_compare_as_residuals(tmp_path):
         write_check(tmp_path / side, "propagation_check.tsv", table, CHECK)
         identity = [[1, 1, "XWAXT=QSKT", residual, scale]]
         write_check(tmp_path / side, "identity_check.tsv", identity, IDENTITY)
+    for side in sides:  # an analysis that does not apply writes a status row alone
+        write_check(tmp_path / side, "decomposition_check.tsv", [["not applicable"]], ["status"])
     agree = compare(tmp_path / "a", tmp_path / "b", "--rtol", "1e-5")
-    assert agree.returncode == 0, agree.stdout
+    assert agree.returncode == 0, agree.stdout + agree.stderr
     too_large = compare(tmp_path / "a", tmp_path / "c", "--rtol", "1e-5").stdout.splitlines()
     assert too_large[:-1] == [
         "propagation_check.tsv: column max_abs differs",
