@@ -101,7 +101,7 @@ def test_a_write_refused_in_the_writer_thread_reaches_the_caller(tmp_path):
 
     def extract_four_batches():
         try:
-            with h5py.File(path, "r") as f, BackgroundWriter([f["hidden/0"]], 2) as writer:
+            with h5py.File(path, "r") as f, BackgroundWriter([f["hidden/0"]], [0], 2) as writer:
                 for start in range(0, 8, 2):
                     writer.put(start, start + 2, 4, [torch.ones(2, 4, 3)])
         except Exception as error:

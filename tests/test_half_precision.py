@@ -10,6 +10,7 @@ import torch
 from attnscope.analyses.mixing.corpus_pass import corpus_pass as mixing_corpus
 from attnscope.analyses.norms.corpus_pass import corpus_pass as norms_corpus
 from attnscope.architectures import canonical_weights
+from attnscope.core.checks import NonFiniteError
 from attnscope.core.store import HiddenStates, atomic_h5
 from attnscope.pipeline.extract import extract, extract_streamed
 from attnscope.pipeline.models import check_compute_dtype
@@ -110,3 +111,72 @@ def test_this_cpu_build_runs_every_compute_dtype(compute_dtype):
 def test_a_compute_dtype_the_build_cannot_run_is_named():
     with pytest.raises(RuntimeError, match="config: compute_dtype is bfloat16.*cuda"):
         check_compute_dtype("bfloat16", "cuda")
+
+
+def overflowing_llama(folder):
+    """A tiny Llama whose second layer's FF output weights are scaled by 3e7, saved in
+    `folder`: hidden/0 and hidden/1 stay below 1 in magnitude, hidden/2 goes past float16's
+    largest value, 65,504 (as real decoders' first positions come within one scale step of)."""
+    model = tiny_model("llama")
+    with torch.no_grad():
+        model.layers[1].mlp.down_proj.weight.mul_(3e7)
+    model.save_pretrained(folder)
+    return model
+
+
+def run_route(route: str, model, folder, encoded, out, **settings):
+    if route == "whole-model":
+        return extract(model, encoded, out, batch_size=2, device="cpu", **settings)
+    return extract_streamed(folder, encoded, out, batch_size=2, device="cpu", **settings)
+
+
+def full_batch_state(tmp_path, state: int) -> np.ndarray:
+    """hidden/{state} of the first batch (sequences 0 and 1) of the float32 store."""
+    with HiddenStates(tmp_path / "f32.h5") as full:
+        real = full.attention_mask[:2].astype(bool)
+        return full.hidden(state, 0, 2)[real]
+
+
+@pytest.mark.parametrize("route", ["whole-model", "layer-streamed"])
+def test_a_state_beyond_float16_stops_extraction_naming_dtype(tmp_path, route):
+    """Issue 35, item 2: a float16 store of states above 65,504 would hold inf. Extraction
+    stops at the first such batch naming the state, its largest |x| and `dtype`, and leaves
+    no store (nor its partial or scratch file) behind; the suggested bfloat16 store works."""
+    model = overflowing_llama(tmp_path / "model")
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", "llama", batch=5)
+    run_route(route, model, tmp_path / "model", encoded, tmp_path / "f32.h5")
+    with HiddenStates(tmp_path / "f32.h5") as full:
+        largest = [float(np.abs(full.hidden(l)).max()) for l in range(3)]
+    assert largest[1] < 1 and largest[2] > 65504  # the premise: only hidden/2 overflows
+    before = set(tmp_path.iterdir())
+    out = tmp_path / "f16.h5"
+    with pytest.raises(NonFiniteError) as error:
+        run_route(route, model, tmp_path / "model", encoded, out, dtype="float16")
+    message = str(error.value)
+    assert "hidden/2 (the output of layer 2) of sequences 0..1" in message
+    assert "`dtype: float16`" in message and "`dtype: bfloat16`" in message
+    assert "`dtype: float32`" in message and "compute_dtype" not in message
+    reported = float(message.split("reaches |x| = ")[1].split(",")[0])
+    assert reported == pytest.approx(float(np.abs(full_batch_state(tmp_path, 2)).max()), 1e-4)
+    assert set(tmp_path.iterdir()) == before  # nothing half-written is left
+    run_route(route, model, tmp_path / "model", encoded, tmp_path / "bf16.h5", dtype="bfloat16")
+    with HiddenStates(tmp_path / "bf16.h5") as half:
+        assert np.isfinite(half.hidden(2)).all()
+
+
+@pytest.mark.parametrize("route", ["whole-model", "layer-streamed"])
+def test_a_float16_forward_that_overflows_stops_extraction_naming_compute_dtype(tmp_path, route):
+    """The same model run in float16: its forward itself gives inf (the FF's products pass
+    65,504 before the output does), so the error names `compute_dtype` rather than `dtype`."""
+    model = overflowing_llama(tmp_path / "model")
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", "llama", batch=5)
+    with pytest.raises(NonFiniteError) as error:
+        run_route(
+            route, model, tmp_path / "model", encoded, tmp_path / "out.h5", compute_dtype="float16"
+        )
+    message = str(error.value)
+    assert "the forward in `compute_dtype: float16` gave" in message
+    assert "hidden/2 (the output of layer 2)" in message
+    assert "`compute_dtype: bfloat16`" in message and "`compute_dtype: float32`" in message
+    assert not (tmp_path / "out.h5").exists()
+    assert not list(tmp_path.glob("out.h5*"))

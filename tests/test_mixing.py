@@ -207,6 +207,26 @@ def test_rsa_of_a_scope_with_itself_is_one():
     assert np.allclose(table["spearman"], 1.0)
 
 
+def test_rsa_refuses_a_nan_map_but_skips_a_constant_one():
+    """Issue 35, item 2: a constant map's correlation is undefined (NaN) and left out of the
+    mean, as documented; a NaN entry, whose ranks would be NaN too, raises instead."""
+    from attnscope.analyses.mixing.statistics import ScopeRSA
+    from attnscope.core.checks import NonFiniteError
+
+    torch.manual_seed(0)
+    maps = torch.rand(2, 5, 5)
+    pairs = torch.ones(2, 5, 5, dtype=torch.bool)
+    rsa = ScopeRSA(("a", "b"), 1)
+    constant = maps.clone()
+    constant[1] = 0.5
+    rsa.add(0, {"a": maps, "b": constant}, pairs)
+    assert rsa.count[0, 0] == 1  # the constant sequence is left out
+    broken = maps.clone()
+    broken[1, 2, 3] = float("nan")
+    with pytest.raises(NonFiniteError, match="b maps ranked for the RSA: 1 of 50 values"):
+        rsa.add(0, {"a": maps, "b": broken}, pairs)
+
+
 def run_corpus(tmp_path, family):
     import h5py
 

@@ -19,7 +19,7 @@ from attnscope.analyses.norms.sinks import SinkStatistics
 from attnscope.analyses.norms.statistics import NormsAccumulator, spearman
 from attnscope.architectures import architecture, base_model, canonical_weights
 from attnscope.core.attention import attention_output, attention_probs, value_vectors
-from attnscope.core.checks import CheckError, ResidualLog
+from attnscope.core.checks import CheckError, NonFiniteError, ResidualLog
 from attnscope.core.checks import residual as residual_of
 from attnscope.core.store import HiddenStates, atomic_h5
 from attnscope.core.streaming import BottomKSample, Moments
@@ -590,3 +590,15 @@ def test_massive_activation_known_answer():
     )
     assert row["top_dim"] == 6 and row["top_dim_share"] == 1
     assert table.iloc[0][["first_max", "ratio"]].isna().all() and table.iloc[0]["top_dim"] == -1
+
+
+def test_massive_activations_refuse_an_inf_state_rather_than_leave_it_out():
+    """Issue 35, item 2: padding is left out of the median through NaN (nanmedian), so an
+    inf at a real position must raise, not vanish with it; padding may hold anything."""
+    X = torch.ones(2, 4, 3)
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    X[1, 3] = float("inf")  # padding: fine
+    MassiveActivations(n_states=1).add_batch(0, X, mask)
+    X[0, 2, 1] = float("inf")
+    with pytest.raises(NonFiniteError, match="massive activations.*1 of 6 values"):
+        MassiveActivations(n_states=1).add_batch(0, X, mask)

@@ -32,6 +32,7 @@ from attnscope.analyses.weights.statistics import (
 )
 from attnscope.architectures import architecture, canonical_weights
 from attnscope.core.attention import attention_output, attention_probs, feed_forward, value_vectors
+from attnscope.core.checks import NonFiniteError
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CLS, OTHER, PAD, PUNCT, SEP
 from conftest import tiny_batch, tiny_model, write_tiny_model_run, write_tiny_store
@@ -85,6 +86,31 @@ def test_uniform_rows_have_entropy_log_n(causal):
         assert torch.allclose(stats["cls_entropy"], stats["entropy"])
     else:
         assert stats["cls_entropy"].isnan().all()  # row 0 sees only itself
+
+
+def test_statistics_refuse_non_finite_attention_rather_than_leave_sequences_out():
+    """Issue 35, item 2: a statistic no row defines is NaN and leaves its sequence out of the
+    average (cls_entropy of a causal model), so NaN attention, which gave NaN statistics and
+    tables without a value, raises instead."""
+    mask, category = ragged([6, 4], 6)
+    alpha = normalise(torch.ones(2, 2, 6, 6), mask, causal=False)
+    alpha[1, 0, 2, 1] = float("nan")
+    with pytest.raises(NonFiniteError, match="attention weights.*1 of 144 values are inf or NaN"):
+        sequence_statistics(alpha, mask, category, causal=False)
+
+
+def test_a_store_holding_inf_is_refused_by_the_statistics_naming_the_file(tmp_path):
+    """A float16 store that an extraction without the check left with inf (65,504 passed):
+    the weights statistics stop naming the store and the state instead of writing tables
+    without values."""
+    import h5py
+
+    store, model = write_tiny_store(tmp_path, "bert")
+    with h5py.File(store, "a") as f:
+        f["hidden/1"][1, 2, 0] = np.inf
+    with HiddenStates(store) as states, pytest.raises(NonFiniteError) as error:
+        attention_statistics(states, canonical_weights(model), batch_size=2)
+    assert f"{store}: hidden/1 holds 1 inf or NaN values (sequences 0..1" in str(error.value)
 
 
 @pytest.mark.parametrize("causal", [False, True])

@@ -396,8 +396,9 @@ def test_layer_streamed_loading_gives_the_whole_models_results(tiny_run, tmp_pat
     at a time (the JS head distances walking the layers in order), the gradient analysis's
     layerwise backward, and the decomposition through the whole depth and the views reading
     each layer per batch with the LM head alone held give every table and map the
-    whole-model run gave (tools/compare_results.py, relative tolerance 1e-5; only the config
-    snapshot differs), and, like `device`, the setting reruns nothing."""
+    whole-model run gave (tools/compare_results.py, relative tolerance 1e-5, the check tables'
+    residuals as residuals; only the config snapshot differs), and, like `device`, the setting
+    reruns nothing."""
     workdir, config = tiny_run
     streamed = dict(config, loading="layer-streamed")
     result = snakemake(tmp_path, streamed)

@@ -39,6 +39,7 @@ import h5py
 import numpy as np
 import torch
 
+from attnscope.core.checks import NonFiniteError
 from attnscope.core.files import atomic_path, sha256_of
 
 TOKEN_ARRAYS = ("input_ids", "attention_mask", "token_type_ids", "category", "word_ids")
@@ -53,12 +54,15 @@ class StateNotStoredError(KeyError):
         return str(self.args[0])
 
 
+STORED_AS = {np.float32: torch.float32, np.float16: torch.float16, np.uint16: torch.bfloat16}
+"""The torch type of the values a dataset of each HDF5 type holds (uint16: bfloat16 bits)."""
+
+
 def as_stored(state: torch.Tensor, storage: np.dtype) -> torch.Tensor:
-    """`state` as a dataset of numpy type `storage` holds it: a bfloat16 store (uint16) gets
-    the bfloat16 bits, the float types get the tensor (cast when copied in)."""
-    if storage == np.uint16:
-        return state.to(torch.bfloat16).view(torch.uint16)
-    return state
+    """`state` rounded to the values a dataset of numpy type `storage` holds, on its device:
+    float32, float16, or bfloat16 for a bfloat16 store (uint16; `.view(torch.uint16)` gives
+    the bits it keeps)."""
+    return state.to(STORED_AS[np.dtype(storage).type])
 
 
 def decoded(values: np.ndarray) -> np.ndarray:
@@ -209,14 +213,26 @@ class HiddenStates:
         return state in self.states
 
     def hidden(self, layer: int, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """hidden/{layer}[start:stop] as float32.  [B, L, d]"""
+        """hidden/{layer}[start:stop] as float32.  [B, L, d]
+
+        An inf or NaN raises NonFiniteError naming the file (a store that an extraction
+        without the finiteness check left, e.g. float16 past 65,504): no analysis reads it."""
         if not self.stores(layer):
             raise StateNotStoredError(
                 f"{self.path} stores the states of layers "
                 f"{', '.join(str(l + 1) for l in self.layers)} only (config layers:), not "
                 f"hidden/{layer}; an analysis of other layers needs layers: all"
             )
-        return decoded(self._file[f"hidden/{layer}"][start:stop])
+        values = decoded(self._file[f"hidden/{layer}"][start:stop])
+        if not np.isfinite(values).all():
+            where = f"sequences {start}..{(stop or self.n_sequences) - 1}"
+            raise NonFiniteError(
+                f"{self.path}: hidden/{layer} holds {int((~np.isfinite(values)).sum())} inf or "
+                f"NaN values ({where}; `dtype: {self.storage_dtype}`). Extract it again "
+                "(`snakemake --forcerun extract_hidden_states`), which stops naming the "
+                "setting to change (a float16 store holds no |x| above 65,504)"
+            )
+        return values
 
     def batches(
         self, layer: int, batch_size: int, device: str = "cpu", limit: int | None = None

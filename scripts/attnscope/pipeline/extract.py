@@ -1,7 +1,10 @@
 """Run a model over an encoded corpus once and store every layer's hidden state.
 
 Streaming: one batch of sequences is in memory at a time; each batch's states go straight
-into the HDF5 datasets, so memory does not grow with the corpus size.
+into the HDF5 datasets, so memory does not grow with the corpus size. Every batch's states
+must be finite, as computed and as the store's type holds them (`require_storable`), on both
+routes: an overflow stops the run naming `dtype` or `compute_dtype`, and the unfinished store
+is removed (`atomic_h5`), never left under its final name.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch
 from tqdm import tqdm
 
 from attnscope.architectures import architecture
+from attnscope.core.checks import NonFiniteError, all_finite
 from attnscope.core.layer_selection import selected_layers, stored_states
 from attnscope.core.store import (
     STORE_TYPES,
@@ -71,12 +75,13 @@ class BackgroundWriter:
     every layer) and the thread hands the slot back when it is written: memory is bounded and
     reused, and the model's own tensors are freed as soon as they are copied, as in a bare
     forward (holding them until written made the heap grow and shrink with every batch). An
-    error in the thread is raised again in the caller.
+    error in the thread is raised again in the caller. `states` numbers the hidden state each
+    dataset holds (s of `hidden/{s}`), for `require_storable`'s message.
     """
 
-    def __init__(self, datasets: list, batch_size: int, slots: int = 2):
+    def __init__(self, datasets: list, states: list[int], batch_size: int, slots: int = 2):
         _, length, d = datasets[0].shape
-        self.datasets = datasets
+        self.datasets, self.states = datasets, states
         self.free: queue.Queue = queue.Queue()
         for _ in range(slots):
             self.free.put([np.empty(batch_size * length * d, dtype=s.dtype) for s in datasets])
@@ -103,9 +108,15 @@ class BackgroundWriter:
         if self.error is not None:
             self.free.put(slot)
             raise self.error
-        for buffer, state in zip(slot, states, strict=True):
-            stored = as_stored(state, buffer.dtype)
-            torch.from_numpy(buffer[: state.numel()]).view(state.shape).copy_(stored)
+        try:
+            for buffer, state, s in zip(slot, states, self.states, strict=True):
+                stored = as_stored(state, buffer.dtype)
+                require_storable(state, stored, s, start, stop)
+                bits = stored.view(torch.uint16) if stored.dtype == torch.bfloat16 else stored
+                torch.from_numpy(buffer[: state.numel()]).view(state.shape).copy_(bits)
+        except BaseException:
+            self.free.put(slot)
+            raise
         self.work.put((start, stop, n, slot))
 
     def __enter__(self):
@@ -117,6 +128,42 @@ class BackgroundWriter:
         self.thread.join()
         if self.error is not None and kind is None:
             raise self.error
+
+
+def require_storable(state: torch.Tensor, stored: torch.Tensor, s: int, start: int, stop: int):
+    """Raise NonFiniteError unless the forward's `state` [B, n, d] of `hidden/{s}`, sequences
+    [start, stop), rounded to the store's type (`stored`, `as_stored`) is finite. The message
+    names the state, the largest |x|, and the setting to change: `dtype` where the store's
+    type cannot hold a finite state (float16 above 65,504), `compute_dtype` where the forward
+    itself gave inf or NaN."""
+    if all_finite(stored):
+        return
+    computed = str(state.dtype).removeprefix("torch.")
+    kept = str(stored.dtype).removeprefix("torch.")
+    where = (
+        f"hidden/{s} ({'the embedding output' if s == 0 else f'the output of layer {s}'}) of "
+        f"sequences {start}..{stop - 1}"
+    )
+    finite = torch.isfinite(state)
+    if bool(finite.all()):
+        largest = float(state.abs().max())
+        raise NonFiniteError(
+            f"{where} reaches |x| = {largest:.5g}, beyond the largest {kept} value "
+            f"({torch.finfo(stored.dtype).max:.5g}): the store's `dtype: {kept}` would hold inf "
+            f"there. Set `dtype: bfloat16` (float32's range) or `dtype: float32`"
+        )
+    largest = float(state[finite].abs().max()) if bool(finite.any()) else float("nan")
+    if computed == "float32":
+        fix = "the model's weights or inputs give them; check the checkpoint"
+    else:
+        fix = (
+            f"{computed} overflowed. Set `compute_dtype: bfloat16` (float32's range) or "
+            f"`compute_dtype: float32`" + (", and `dtype:` likewise" if kept == "float16" else "")
+        )
+    raise NonFiniteError(
+        f"the forward in `compute_dtype: {computed}` gave {int((~finite).sum())} inf or NaN "
+        f"values in {where} (largest finite |x| {largest:.5g}; stored as `dtype: {kept}`): {fix}"
+    )
 
 
 @contextmanager
@@ -194,7 +241,8 @@ def extract(
         arrays, hidden, lengths = store
         progress = tqdm(total=len(lengths), unit="seq", file=log, mininterval=5, desc="extract")
         kept = list(hidden)
-        with sdpa_attention(model), BackgroundWriter(list(hidden.values()), batch_size) as writer:
+        writing = BackgroundWriter(list(hidden.values()), kept, batch_size)
+        with sdpa_attention(model), writing as writer:
             for start, stop, n in batch_spans(lengths, batch_size):
                 # Only the first n positions are written: the rest of the batch is padding,
                 # which the dataset's fill value (0) already holds.
@@ -249,8 +297,8 @@ def extract_streamed(
             total=len(lengths) * (last + 1), unit="seq", file=log, mininterval=5, desc="extract"
         )
 
-        def one_pass(target, compute) -> None:
-            with BackgroundWriter([target], batch_size) as writer:
+        def one_pass(state: int, compute) -> None:
+            with BackgroundWriter([dataset(state)], [state], batch_size) as writer:
                 for start, stop, n in spans:
                     inputs = batch_inputs(arch, stream.model, arrays, start, stop, n, device)
                     state = compute(inputs, start, stop, n)
@@ -260,7 +308,7 @@ def extract_streamed(
                     writer.put(start, stop, n, [state])
                     progress.update(stop - start)
 
-        one_pass(dataset(0), lambda inputs, *span: stream.embedded(inputs))
+        one_pass(0, lambda inputs, *span: stream.embedded(inputs))
         for layer in range(last):
             stream.load(layer)
             source = dataset(layer)
@@ -269,7 +317,7 @@ def extract_streamed(
                 X = torch.from_numpy(decoded(source[start:stop, :n])).to(device, compute)
                 return stream.layer(layer, inputs, X)
 
-            one_pass(dataset(layer + 1), step)
+            one_pass(layer + 1, step)
             stream.unload(layer)
         progress.close()
     return summary(arrays, config)

@@ -13,6 +13,7 @@ import pandas as pd
 import torch
 from scipy.stats import rankdata
 
+from attnscope.core.checks import require_finite
 from attnscope.core.streaming import Moments
 
 
@@ -64,7 +65,11 @@ def map_ranks(maps: dict[str, torch.Tensor], pairs: torch.Tensor) -> dict[str, l
     """Per scope and sequence, the average ranks of the map entries over visible pairs.
 
     maps {scope: [B, n, n]}, pairs [B, n, n] bool -> {scope: [ranks of sequence b, ...]}
+    An inf or NaN entry raises NonFiniteError (its ranks would be NaN, and `ScopeRSA` leaves
+    NaN correlations out: those of constant maps).
     """
+    for scope, values in maps.items():
+        require_finite(values[pairs.to(values.device)], f"{scope} maps ranked for the RSA")
     keep = pairs.cpu().numpy()
     return {
         scope: [rankdata(m[k]) for m, k in zip(values.double().cpu().numpy(), keep, strict=True)]

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from attnscope.core.checks import require_finite
 from attnscope.core.streaming import Moments
 from attnscope.core.tables import indexed_table
 
@@ -29,6 +30,7 @@ def largest_features(X: torch.Tensor, mask: torch.Tensor) -> dict[str, np.ndarra
     tokens (see the module docstring).  X [B, n, d], mask [B, n] -> each [B']"""
     top = X.abs().amax(-1).double().cpu().numpy()  # [B, n]
     real = mask.bool().cpu().numpy()
+    require_finite(top[real], "largest |feature| per position (massive activations)")
     kept = real[:, 1:].any(1)
     others = np.where(real[:, 1:], top[:, 1:], np.nan)[kept]
     first, other = top[kept, 0], np.nanmedian(others, axis=1)

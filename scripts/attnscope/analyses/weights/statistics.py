@@ -34,6 +34,7 @@ import torch
 
 from attnscope.core.attention import attention_probs, visible_pairs
 from attnscope.core.canonical import CanonicalModel
+from attnscope.core.checks import require_finite
 from attnscope.core.store import HiddenStates
 from attnscope.core.tables import indexed_table
 from attnscope.core.tokens import CLS, PUNCT, SEP
@@ -86,7 +87,10 @@ def sequence_statistics(
 
     alpha [B, H, n, n], mask [B, n], category [B, n] -> ({name: [B, H] float64}, [B] float64).
     Row sums are taken in alpha's dtype (at least float32), means over rows in float64.
+    A NaN statistic means that no row of the sequence qualifies (the accumulator leaves the
+    sequence out); so an inf or NaN in alpha, which would pass for that, raises NonFiniteError.
     """
+    require_finite(alpha, "attention weights alpha of the weights statistics")
     if alpha.dtype not in (torch.float32, torch.float64):
         alpha = alpha.float()
     category = category.to(alpha.device)
