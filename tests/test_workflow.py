@@ -325,7 +325,8 @@ def figure_rules(family: str, names: str = "") -> list[str]:
             "norms",
             "seed",
             7,
-            {"norms_compute", *figure_rules("norms")},  # every figure: the affine one's seed
+            # every figure: the affine one's seed; collect_shards: the (empty) shards folder
+            {"norms_compute", "collect_shards", *figure_rules("norms")},
         ),
         (
             "weights",
@@ -413,7 +414,9 @@ def test_two_layer_shards_gather_the_unsharded_tables_and_maps(tiny_run, tmp_pat
     the one-job run within the README's promise across runs (tools/compare_results.py, 1e-5
     of each column's largest value); the shards' files are removed. The merge itself is exact
     (tests/test_shards.py, in one process); separate jobs may round a sum differently: one
-    CI run had the weights entropy of a shard job 2.6e-6 (relative) off the one-job run."""
+    CI run had the weights entropy of a shard job 2.6e-6 (relative) off the one-job run.
+    Like `loading`, the setting reruns nothing after a finished run, either way (issue 35,
+    item 7)."""
     import shutil
 
     workdir, config = tiny_run
@@ -441,6 +444,9 @@ def test_two_layer_shards_gather_the_unsharded_tables_and_maps(tiny_run, tmp_pat
     compared = compare_results(tmp_path / "one-job", tmp_path / "sharded")
     assert compared.returncode == 0, compared.stdout[-3000:]
     assert f"{len(targets)} files" in compared.stdout, compared.stdout
+    rules = scheduled_rules(snakemake(workdir, dict(config, shards=2), "--dry-run"))
+    assert rules <= {"all", "config_snapshot"}, rules
+    assert scheduled_rules(snakemake(tmp_path / "run", config, "--dry-run", *targets)) == set()
 
 
 def test_a_layer_subset_stores_and_analyses_those_layers_alone(tiny_run, tmp_path):

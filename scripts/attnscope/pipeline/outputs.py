@@ -130,6 +130,11 @@ class Family:
         accumulators, `h5` its maps (`pipeline.shards`)."""
         return f"{self.folder_path()}/shards/{{shard}}.{suffix}"
 
+    def collected_shards(self) -> str:
+        """Path pattern (wildcards model, corpus) of the folder the shards' files are moved
+        to for the gathering job (`pipeline.shards.collect_shards`)."""
+        return f"{self.folder_path()}/shards/collected"
+
     def table(self, file: str, scope: str = "corpus") -> str:
         """Path pattern (wildcards model, corpus) of a declared table; KeyError otherwise."""
         if file not in self.tables.get(scope, ()):
