@@ -30,7 +30,17 @@ $(VENV)/.installed: $(ENVS) envs/citation.yaml tools/pins.py pyproject.toml
 run: venv
 	$(BIN)/snakemake --cores $(CORES) --profile profiles/local $(MIRROR_CONFIG) $(SNAKEMAKE_ARGS)
 
+# The report needs every output of the run (or of the targets in SNAKEMAKE_ARGS): when some are
+# not made yet, say so and what to run instead of Snakemake's error about one missing file.
 report: venv
+	@missing=$$($(BIN)/snakemake --profile profiles/local $(MIRROR_CONFIG) $(SNAKEMAKE_ARGS) \
+		--summary 2>/dev/null | awk -F'\t' '$$5 == "missing" {print $$1}'); \
+	if [ -n "$$missing" ]; then \
+		echo "make report: $$(echo "$$missing" | wc -l) outputs of the run are not made yet" \
+			"($$(echo "$$missing" | head -n 1), ...): run 'make run' first, or report a" \
+			"finished part, e.g. make report SNAKEMAKE_ARGS=norms" >&2; \
+		exit 1; \
+	fi
 	$(BIN)/snakemake --profile profiles/local $(MIRROR_CONFIG) $(SNAKEMAKE_ARGS) --report results/report.zip
 
 lint: venv

@@ -42,6 +42,7 @@ for family_name in FAMILIES:
     include: f"rules/{family_name}.smk"
 
 
+include: "rules/shards.smk"
 include: "rules/figures.smk"
 include: "rules/report.smk"
 
@@ -54,6 +55,7 @@ localrules:
     acquire_data,
     software_versions,
     config_snapshot,
+    collect_shards,
     weights,
     norms,
     position,
@@ -79,6 +81,14 @@ onstart:
 
     for stale in remove_stale_partials("results"):
         print(f"removed {stale}, left by a killed job")
+
+
+# The layer shards' files and collected folders are temporary: once a run has removed them,
+# their Snakemake records are deleted too, so that another `shards` value reruns nothing (a
+# record would show their gathering a changed set of inputs, or their shard jobs changed
+# params). Files still there (a failed run, --notemp) keep theirs, and so are redone.
+onsuccess:
+    forget_records(workflow, shard_records())
 
 
 rule all:

@@ -74,12 +74,41 @@ def partition(wildcards=None):
     return config["cluster"]["gpu_partition" if gpu_count() else "cpu_partition"]
 
 
-def shard_files(family_name, suffix, wildcards):
-    """The layer shards' files (`{shard}.pkl` accumulators, `{shard}.h5` maps) that a sharded
-    family's gathering job reads (none with one shard)."""
-    pattern = FAMILIES[family_name].shard_file(suffix)
+def shard_files(wildcards):
+    """Every file the layer shards of one family write (`{shard}.pkl` accumulators, with
+    `{shard}.h5` maps where the family writes maps): what `collect_shards` moves into the
+    folder its gathering job reads (none with one shard)."""
+    patterns = getattr(rules, f"{wildcards.family}_shard").output
     shards = range(1, SHARDS + 1) if SHARDS > 1 else []
-    return [pattern.format(**wildcards, shard=k) for k in shards]
+    return [p.format(**wildcards, shard=k) for k in shards for p in patterns]
+
+
+def shard_records():
+    """The paths of the shards' files and collected folders of this run, whose Snakemake
+    records `forget_shard_records` deletes when the run ends."""
+    defined = {rule.name for rule in workflow.rules}
+    sharded = [name for name in FAMILIES if f"{name}_shard" in defined]
+    paths = []
+    for name in sharded:
+        patterns = [FAMILIES[name].collected_shards()]
+        patterns += [str(p) for p in getattr(rules, f"{name}_shard").output]
+        for corpus in family_corpora(name):
+            for model in MODELS:
+                for k in range(1, SHARDS + 1):
+                    paths += [
+                        p.format(model=model, corpus=corpus, shard=k) for p in patterns
+                    ]
+    return sorted(set(paths))
+
+
+def forget_records(workflow, paths):
+    """Delete Snakemake's records (.snakemake/metadata) of those `paths` that no longer
+    exist, where there are any."""
+    from snakemake.io import IOFile
+
+    for path in paths:
+        if not Path(path).exists():
+            workflow.persistence.cleanup_metadata(IOFile(path))
 
 
 def gather_gpu_count(wildcards=None):

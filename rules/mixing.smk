@@ -16,7 +16,7 @@ rule mixing:
 
 
 # With shards: S > 1, S mixing_shard jobs analyse a block of layers each and mixing_compute
-# gathers them (scripts/attnscope/pipeline/shards.py).
+# gathers them from the folder collect_shards moves them to (rules/shards.smk).
 rule mixing_shard:
     input:
         manifest=manifest,
@@ -45,8 +45,7 @@ rule mixing_compute:
     input:
         manifest=manifest,
         hidden_states=hidden_states,
-        parts=lambda wildcards: shard_files("mixing", "pkl", wildcards),
-        part_maps=lambda wildcards: shard_files("mixing", "h5", wildcards),
+        shards=MIXING_OUT.collected_shards(),
     output:
         **{
             file.split(".")[0]: MIXING_OUT.table(file)

@@ -39,7 +39,7 @@ rule norms_affine:
 
 
 # With shards: S > 1, S norms_shard jobs analyse a block of layers each and norms_compute
-# gathers them (scripts/attnscope/pipeline/shards.py).
+# gathers them from the folder collect_shards moves them to (rules/shards.smk).
 rule norms_shard:
     input:
         manifest=manifest,
@@ -68,8 +68,7 @@ rule norms_compute:
     input:
         manifest=manifest,
         hidden_states=hidden_states,
-        parts=lambda wildcards: shard_files("norms", "pkl", wildcards),
-        part_maps=lambda wildcards: shard_files("norms", "h5", wildcards),
+        shards=NORMS_OUT.collected_shards(),
     output:
         **{
             file.split(".")[0]: NORMS_OUT.table(file)

@@ -54,7 +54,7 @@ rule position_svd:
 
 
 # With shards: S > 1, S position_shard jobs scan a block of layers each and position_corpus
-# gathers them (scripts/attnscope/pipeline/shards.py).
+# gathers them from the folder collect_shards moves them to (rules/shards.smk).
 rule position_shard:
     input:
         manifest=manifest,
@@ -82,7 +82,7 @@ rule position_corpus:
     input:
         manifest=manifest,
         hidden_states=hidden_states,
-        parts=lambda wildcards: shard_files("position", "pkl", wildcards),
+        shards=POSITION_OUT.collected_shards(),
     output:
         trt=POSITION_OUT.table("trt.tsv.gz"),
         spectra=POSITION_OUT.table("spectra.tsv"),

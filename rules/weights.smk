@@ -11,7 +11,7 @@ rule weights:
 
 
 # With shards: S > 1, S weights_shard jobs analyse a block of layers each and weights_stats
-# gathers them (scripts/attnscope/pipeline/shards.py).
+# gathers them from the folder collect_shards moves them to (rules/shards.smk).
 rule weights_shard:
     input:
         manifest=manifest,
@@ -39,7 +39,7 @@ rule weights_stats:
     input:
         manifest=manifest,
         hidden_states=hidden_states,
-        parts=lambda wildcards: shard_files("weights", "pkl", wildcards),
+        shards=WEIGHTS_OUT.collected_shards(),
     output:
         heads=WEIGHTS_OUT.table("heads.tsv"),
         layers=WEIGHTS_OUT.table("layers.tsv"),

@@ -3,10 +3,8 @@ batch of every layer's attention at a time, or with `loading: layer-streamed` th
 in order (one layer's weights in memory), every layer's attention entries in a float32 scratch
 file beside the output, removed afterwards."""
 
-import tempfile
 from pathlib import Path
 
-import h5py
 import pandas as pd
 
 from attnscope.analyses.weights import head_distances as hd
@@ -14,7 +12,6 @@ from attnscope.analyses.weights.behaviours import behaviour
 from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates
 from attnscope.pipeline import runlog
-from attnscope.pipeline.disk_estimate import require_space
 from attnscope.pipeline.models import open_model
 
 log = runlog.start(snakemake)
@@ -34,16 +31,10 @@ with HiddenStates(snakemake.input.hidden_states) as store:
     if loaded.route == "whole-model":
         D = hd.head_distances(store, weights, params.batch_size, device, limit, log)
     else:
-        columns = hd.entries_columns(store, params.batch_size, weights.causal, limit)
         folder = Path(output.distances).parent
-        with tempfile.TemporaryDirectory(dir=folder, prefix="js-entries-") as scratch:
-            path = Path(scratch) / "entries.h5"
-            require_space(path, L * H * int(columns[-1]) * 4)
-            with h5py.File(path, "w") as f:
-                entries = f.create_dataset("entries", (L * H, int(columns[-1])), "float32")
-                D = hd.head_distances_by_layer(
-                    store, weights, params.batch_size, entries, device, limit, log
-                )
+        D = hd.head_distances_in_scratch(
+            store, weights, params.batch_size, folder, device, limit, log
+        )
 embedding = hd.mds_embedding(D, params.seed, params.mds_n_init, params.mds_max_iter)
 clusters, Z = hd.cluster_heads(D, params.cluster_method, params.n_clusters)
 heads = pd.read_csv(snakemake.input.heads, sep="\t")

@@ -23,6 +23,7 @@ from conftest import (
     SPECIAL_VOCAB,
     tiny_config,
     tiny_model,
+    write_tiny_encoded,
     write_tiny_store,
 )
 
@@ -289,3 +290,76 @@ def test_api_load_refuses_a_truncated_checkpoint(tmp_path):
     rewrite_layers(folder, drop_last_layer)
     with pytest.raises(MismatchedWeightsError, match=r"encoder\.layer\.1\."):
         attnscope.load(folder)
+
+
+# A writer of scratch data, paused inside its scratch block by a log that sleeps at its first
+# line (the progress bar of extraction, the per-layer line of the others).
+SCRATCH_WRITER = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+work, job = Path(sys.argv[2]), sys.argv[3]
+
+class Sleeping:
+    def info(self, *args):
+        self.write("")
+    def write(self, text):
+        print("writing", flush=True)
+        time.sleep(60)
+    def flush(self):
+        pass
+
+from attnscope.core.store import HiddenStates
+results = work / "results" / "m" / "c"
+if job == "extraction":  # a layer subset's states pass through a scratch file
+    from attnscope.pipeline.extract import extract_streamed
+    extract_streamed(work / "model", work / "encoded.h5", results / "hidden_states.h5", 2, "cpu",
+                     log=Sleeping(), layers=[2])
+elif job == "gradients":
+    from attnscope.pipeline.streamed_backward import streamed_gradient_importance
+    with HiddenStates(work / "states.h5") as store:
+        streamed_gradient_importance(work / "model", store, "causal", None, 0.3, 0, 2, "cpu",
+                                     scratch_folder=results / "weights", log=Sleeping())
+else:  # the JS distances of the layer-streamed route
+    from attnscope.analyses.weights.head_distances import head_distances_in_scratch
+    from attnscope.pipeline.streamed_weights import streamed_model
+    _, weights = streamed_model(work / "model", "cpu")
+    with HiddenStates(work / "states.h5") as store:
+        head_distances_in_scratch(store, weights, 2, results / "weights", log=Sleeping())
+"""
+
+
+@pytest.mark.parametrize("job", ["extraction", "gradients", "distances"])
+def test_scratch_files_of_a_killed_job_are_swept_and_a_live_ones_kept(tmp_path, job):
+    """Issue 35, item 18: the scratch file of a layer subset's streamed extraction and the
+    scratch folders of the layer-streamed gradients and JS distances are held by their job
+    while it runs (the start-up sweep leaves them) and removed by the next sweep after kill -9;
+    nothing else in the results folder is touched."""
+    from attnscope.pipeline.extract import extract
+
+    model = tiny_model("llama", head="causal", layers=3)
+    model.save_pretrained(tmp_path / "model")
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", "llama", batch=5, length=16)
+    extract(model.base_model, encoded, tmp_path / "states.h5", batch_size=2, device="cpu")
+    results = tmp_path / "results"
+    finished = results / "m" / "c" / "weights" / "heads.tsv"
+    finished.parent.mkdir(parents=True)
+    finished.write_text("done")
+    script = tmp_path / "writer.py"
+    script.write_text(SCRATCH_WRITER)
+    command = [sys.executable, str(script), str(SCRIPTS), str(tmp_path), job]
+    writer = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout.readline().strip() == "writing"
+        before = sorted(p for p in results.rglob("*") if p != finished)
+        assert [
+            p for p in before if "scratch" in p.name or p.name.startswith(("gradients-", "js-"))
+        ]
+        assert remove_stale_partials(results) == []  # a live job's scratch stays
+        assert sorted(p for p in results.rglob("*") if p != finished) == before
+    finally:
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+    swept = remove_stale_partials(results)
+    assert swept and not [p for p in results.rglob("*") if p.is_file() and p != finished]
+    assert finished.read_text() == "done"

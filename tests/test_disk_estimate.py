@@ -60,3 +60,37 @@ def test_a_layer_subset_is_sized_by_its_states_and_maps(tmp_path):
     assert subset[maps] * 6 == whole[maps] * 2
     propagated = "results/minilm-l6/wiki_masked/mixing/propagated.h5"
     assert whole[propagated] > 0 and propagated not in subset
+
+
+def test_layer_shards_files_are_planned_beside_the_maps(tmp_path):
+    """Issue 35, item 5: MiniLM with `shards: 2`: each sharded family's two `{shard}.pkl` and,
+    where it writes maps, two `{shard}.h5` that together are as large as the gathered maps
+    (3 of the 6 layers each); with one shard, none."""
+    import yaml
+    from snakemake.utils import validate
+
+    from attnscope.pipeline.disk_estimate import planned_files
+    from attnscope.pipeline.outputs import families
+
+    root = Path(__file__).parents[1]
+    config = yaml.safe_load((root / "config/config.yaml").read_text())
+    validate(config, str(root / "config/schema.yaml"))
+    results = tmp_path / "results"
+    one = {
+        p.path.relative_to(results).as_posix(): p.size
+        for p in planned_files(config, families(), results)
+    }
+    two = planned_files(dict(config, shards=2), families(), results)
+    sizes = {p.path.relative_to(results).as_posix(): p.size for p in two}
+    assert not [f for f in one if "/shards/" in f]
+    folder = "minilm-l6/wiki_masked/mixing"
+    assert sizes[f"{folder}/shards/1.h5"] == sizes[f"{folder}/shards/2.h5"]
+    assert 2 * sizes[f"{folder}/shards/1.h5"] == sizes[f"{folder}/maps.h5"]
+    for family in ("norms", "weights"):
+        assert sizes[f"minilm-l6/wiki/{family}/shards/2.pkl"] > 0
+    assert "minilm-l6/wiki/weights/shards/1.h5" not in sizes
+    norms = "minilm-l6/wiki/norms"
+    assert (
+        sizes[f"{norms}/shards/1.h5"] + sizes[f"{norms}/shards/2.h5"]
+        == sizes[f"{norms}/attn_n_maps.h5"]
+    )

@@ -118,3 +118,36 @@ def test_a_setting_has_one_spelling_and_says_whether_it_is_the_whole_model():
     assert whole_model("all", 3) and whole_model([2, 1, 3], 3) and whole_model("all", None)
     assert not whole_model([1, 2], 3) and not whole_model([1, 2, 3], 4)
     assert not whole_model([1, 2, 3], None)
+
+
+def test_the_streamed_pass_needs_room_for_the_store_and_the_scratch_file(tmp_path, monkeypatch):
+    """Issue 35, item 6: with `layers: [2]` of 3 the streamed pass writes hidden/1 (the input
+    of layer 2) and passes the states before it through a scratch file of two states: before
+    the pass, the need is the store's unwritten state and the scratch file, each state
+    5 x 16 x d float32 in whole chunks.
+    A disk with room for the scratch file alone stops the pass, naming it, before any layer
+    is computed, and leaves neither the store nor the scratch file."""
+    from attnscope.pipeline import disk_estimate
+    from attnscope.pipeline.disk_estimate import DiskSpaceError, hidden_state_bytes
+    from attnscope.pipeline.extract import scratch_states, state_store, streamed_bytes
+
+    model = tiny_model("bert", layers=3)
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", "bert", batch=5, length=16)
+    d = model.config.hidden_size
+    with state_store(encoded, tmp_path / "s.h5", model.config, "float32", {}, [2]) as store:
+        hidden = store[1]
+        chunk = next(iter(hidden.values())).chunks[1]
+        state = hidden_state_bytes(1, 5, 16, d, "float32", chunk)
+        assert sorted(hidden) == [1] and streamed_bytes(hidden) == state + 2 * state
+        hidden[1][0:2, :16] = 1.0  # two sequences of one state written: their chunks count
+        written = hidden[1].id.get_storage_size()
+        assert 0 < written < state and streamed_bytes(hidden) == 3 * state - written
+        with scratch_states(tmp_path / "s.h5", hidden) as scratch:
+            assert len(scratch) == 2 and scratch[0].shape == (5, 16, d)
+    scratch_alone = 2 * state
+    monkeypatch.setattr(disk_estimate, "free_bytes", lambda path: scratch_alone + 1)
+    with pytest.raises(DiskSpaceError, match=r"streamed\.h5\.scratch\.h5.* needs up to"):
+        extract_streamed(folder, encoded, tmp_path / "streamed.h5", 2, "cpu", layers=[2])
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("streamed")]

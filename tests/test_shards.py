@@ -154,3 +154,59 @@ def test_gathered_shards_equal_one_job_over_every_layer(tmp_path, analysis, fami
         assert_same_maps(whole_maps, tmp_path / "gathered.h5")
     if analysis is norms:  # the sample was cut: pairs were offered beyond its size
         assert all(s.seen > s.size for s in whole[0].samples.values() if s.seen)
+
+
+def norms_full_sample(store, weights, model, maps, layers):
+    """The norms with a sample larger than the stream: it keeps every pair, the shard's
+    largest accumulator."""
+    return norms_corpus(
+        store, weights, model, maps, batch_size=3, device="cpu", sample_size=10**6, seed=3,
+        max_rel_residual=1e-4, layers=layers,
+    )  # fmt: skip
+
+
+# the settings of each family's run above, as the config's analyses block would hold them
+SETTINGS = {
+    "norms": {"spearman_sample_size": 10**6, "maps_dtype": "float32"},
+    "mixing": {"maps_dtype": "float32"},
+    "weights": {},
+    "position": {"t_max": 3, "xcorr_t_max": 4},
+}
+
+
+@pytest.mark.parametrize(
+    "analysis", [norms_full_sample, mixing, weights, position], ids=lambda f: f.__name__
+)
+def test_the_disk_estimate_holds_each_shards_files(tmp_path, analysis):
+    """Issue 35, item 5: two layer shards of a 5-layer model: each shard's pickled
+    accumulators take at most the estimate of its `{shard}.pkl` (the norms' sample of every
+    pair alone larger than the allowance for small tables and framing), and its maps
+    exactly the estimate of its `{shard}.h5` (their datasets are not compressed)."""
+    from attnscope.pipeline.disk_estimate import PART_ALLOWANCE, model_shape, shard_file_sizes
+    from attnscope.pipeline.outputs import families
+
+    name = analysis.__name__.split("_")[0]
+    family = families()[name]
+    config = tiny_model("bert", layers=N_LAYERS).config.to_dict()
+    shape = model_shape(config, N_LAYERS, config["hidden_size"])
+    written = {}
+    for k in (1, 2):
+        result, maps = run(analysis, tmp_path, "bert", f"shard{k}", shard_layers(N_LAYERS, 2, k))
+        save_part(tmp_path / f"{k}.pkl", result)
+        written[f"{name}/shards/{k}.pkl"] = (tmp_path / f"{k}.pkl").stat().st_size
+        with h5py.File(maps) as f:
+            stored = [f[d].id.get_storage_size() for d in datasets(f)]
+        if stored:
+            written[f"{name}/shards/{k}.h5"] = sum(stored)
+    with HiddenStates(tmp_path / "bert" / "hidden_states.h5") as store:
+        N, length = store.n_sequences, store.length
+    layers = list(range(N_LAYERS))
+    planned = shard_file_sizes(family, SETTINGS[name], shape, layers, 2, N, length)
+    assert planned.keys() == written.keys()
+    for file, size in written.items():
+        if file.endswith(".h5"):
+            assert size == planned[file], file
+        else:
+            assert 0 < size <= planned[file], file
+    if name == "norms":
+        assert written["norms/shards/1.pkl"] > PART_ALLOWANCE  # the sample must be counted

@@ -337,7 +337,8 @@ def figure_rules(family: str, names: str = "") -> list[str]:
             "norms",
             "seed",
             7,
-            {"norms_compute", *figure_rules("norms")},  # every figure: the affine one's seed
+            # every figure: the affine one's seed; collect_shards: the (empty) shards folder
+            {"norms_compute", "collect_shards", *figure_rules("norms")},
         ),
         (
             "weights",
@@ -426,7 +427,9 @@ def test_two_layer_shards_gather_the_unsharded_tables_and_maps(tiny_run, tmp_pat
     the one-job run within the README's promise across runs (tools/compare_results.py, 1e-5
     of each column's largest value); the shards' files are removed. The merge itself is exact
     (tests/test_shards.py, in one process); separate jobs may round a sum differently: one
-    CI run had the weights entropy of a shard job 2.6e-6 (relative) off the one-job run."""
+    CI run had the weights entropy of a shard job 2.6e-6 (relative) off the one-job run.
+    Like `loading`, the setting reruns nothing after a finished run, either way (issue 35,
+    item 7)."""
     import shutil
 
     workdir, config = tiny_run
@@ -454,6 +457,9 @@ def test_two_layer_shards_gather_the_unsharded_tables_and_maps(tiny_run, tmp_pat
     compared = compare_results(tmp_path / "one-job", tmp_path / "sharded")
     assert compared.returncode == 0, compared.stdout[-3000:]
     assert f"{len(targets)} files" in compared.stdout, compared.stdout
+    rules = scheduled_rules(snakemake(workdir, dict(config, shards=2), "--dry-run"))
+    assert rules <= {"all", "config_snapshot"}, rules
+    assert scheduled_rules(snakemake(tmp_path / "run", config, "--dry-run", *targets)) == set()
 
 
 def test_a_layer_subset_stores_and_analyses_those_layers_alone(tiny_run, tmp_path):
@@ -733,14 +739,41 @@ def test_changed_model_files_rerun_everything_from_acquisition(tmp_path, tiny_mo
     assert planned <= scheduled_rules(snakemake(tmp_path / "run", config, target, "-n"))
 
 
+def make_report(workdir: Path, config: dict) -> subprocess.CompletedProcess:
+    """`make report` (the Makefile's recipe, this interpreter's Snakemake) on `config` alone
+    in `workdir`: the report goes to `workdir`/results/report.zip."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    configfile = workdir / "config.yaml"
+    configfile.write_text(yaml.safe_dump(config, sort_keys=False))
+    args = f"--directory {workdir} --configfile {configfile} --replace-workflow-config"
+    command = [
+        "make", "-C", str(ROOT), "-o", ".venv/.installed", f"BIN={SNAKEMAKE.parent}",
+        f"SNAKEMAKE_ARGS={args}", "report",
+    ]  # fmt: skip
+    return subprocess.run(command, capture_output=True, text=True, timeout=1800)
+
+
+def test_report_of_an_unfinished_run_says_what_to_run_first(tmp_path, tiny_model_dir):
+    """Issue 35, item 24: `make report` before the run is finished stops with what to run,
+    instead of Snakemake's error about one missing file, and writes no report."""
+    config = small_config({"tiny": {"source": "path", "path": str(tiny_model_dir)}})
+    result = make_report(tmp_path, config)
+    assert result.returncode != 0
+    assert "outputs of the run are not made yet" in result.stderr, result.stderr[-3000:]
+    assert "run 'make run' first" in result.stderr
+    assert "results/tiny/model/manifest.json" in result.stderr
+    assert not (tmp_path / "results/report.zip").exists()
+
+
 def test_report_builds(tiny_run):
-    """The zip report holds the figures, the software record and every views folder."""
+    """`make report` after the finished run: the zip report holds the figures, the software
+    record and every views folder."""
     import zipfile
 
     workdir, config = tiny_run
-    result = snakemake(workdir, config, "--report", str(workdir / "report.zip"))
+    result = make_report(workdir, config)
     assert result.returncode == 0, result.stderr[-3000:]
-    with zipfile.ZipFile(workdir / "report.zip") as archive:
+    with zipfile.ZipFile(workdir / "results/report.zip") as archive:
         names = archive.namelist()
         html = archive.read("report/report.html").decode(errors="replace")
     assert "versions.tsv" in html and "config.yaml" in html

@@ -6,6 +6,8 @@ a failed writer removes its partial file. While it writes, the writer holds an e
 with it: `remove_stale_partials` (called from the Snakefile's onstart) removes exactly the
 partials whose lock nobody holds, so a run never touches the work in progress of another run
 in the same folder (Snakemake's lock lets runs with separate outputs work side by side).
+Scratch files and folders, never kept (`scratch_path`, `scratch_folder`), are partials too:
+held by their lock while in use, removed afterwards, and swept the same way after kill -9.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import secrets
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -77,6 +80,32 @@ def atomic_folder(path: str | Path) -> Iterator[Path]:
             shutil.rmtree(partial, ignore_errors=True)
 
 
+@contextmanager
+def scratch_path(path: str | Path) -> Iterator[Path]:
+    """Yield `path`.partial for scratch data that is never kept (a file or folder the block
+    creates); it is removed when the block ends, and after kill -9 by the start-up sweep."""
+    path = Path(path)
+    partial = path.with_name(path.name + ".partial")
+    with _owned(partial):
+        try:
+            yield partial
+        finally:
+            if partial.is_dir():
+                shutil.rmtree(partial, ignore_errors=True)
+            else:
+                partial.unlink(missing_ok=True)
+
+
+@contextmanager
+def scratch_folder(parent: str | Path, prefix: str) -> Iterator[Path]:
+    """A new empty folder `<parent>/<prefix><random>.partial` for the block's scratch files,
+    removed with them when the block ends (`scratch_path`)."""
+    Path(parent).mkdir(parents=True, exist_ok=True)
+    with scratch_path(Path(parent) / f"{prefix}{secrets.token_hex(6)}") as folder:
+        folder.mkdir()
+        yield folder
+
+
 def write_table(table, path: str | Path) -> None:
     """Write a tidy pandas table as TSV with a header (gzip when the name ends in .gz),
     atomically."""
@@ -101,12 +130,15 @@ def sha256_of(path: str | Path) -> str:
 
 
 def remove_stale_partials(folder: str | Path) -> list[Path]:
-    """Delete every `*.partial` file or folder under `folder` whose writer is gone (no process
-    holds its lock: killed with kill -9, or the machine went down) and return them. Partials
-    of live writers, of this run or another one, are left alone."""
+    """Delete every `*.partial` file or folder under `folder` (outputs being written, and
+    scratch files and folders) whose writer is gone (no process holds its lock: killed with
+    kill -9, or the machine went down) and return them. Partials of live writers, of this
+    run or another one, are left alone."""
     found = sorted(Path(folder).rglob("*.partial")) if Path(folder).is_dir() else []
     stale = []
     for partial in found:
+        if not partial.exists():  # inside a scratch folder removed just before
+            continue
         lock = _lock_path(partial)
         with open(lock, "a") as handle:
             try:

@@ -4,7 +4,12 @@ Per model and corpus: hidden_states.h5, (n_layers + 1) states of [N, length, d] 
 configured `dtype` (chunks past a batch's longest sequence are not stored, so short
 sequences take less; a chunk that does not divide `max_length` can add its overhang, which
 extraction counts when it checks the disk again), and each family's per-pair map files
-(`Family.map_bytes`, exact). Tables, figures and views are small beside them and left out.
+(`Family.map_bytes`, exact). With `shards: S` > 1, each sharded family's S layer shards'
+files too, which lie beside the gathered maps until the gathering job ends: `{shard}.h5`, its
+layers' share of the maps (exact), and `{shard}.pkl`, its accumulators (`Family.part_bytes`,
+at most, and `PART_ALLOWANCE` for the small tables and pickle framing); they count as written
+once the family's first corpus table, which the gathering job writes, exists. Tables,
+figures and views are small beside them and left out.
 Files already in the results folder count as written. N is the corpus's `n_sequences` (an
 upper bound), the number of `texts`, or the sequences of its encoded.h5 once encoded; a
 corpus of all its data (`n_sequences: 0`) is sized when it is encoded (extraction checks the
@@ -21,10 +26,12 @@ from pathlib import Path
 from attnscope.architectures import architecture
 from attnscope.core.layer_selection import selected_layers, stored_states, whole_model
 from attnscope.pipeline.models import local_model_config
-from attnscope.pipeline.outputs import Family
+from attnscope.pipeline.outputs import Family, ModelShape
+from attnscope.pipeline.shards import shard_layers
 
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 GB = 1e9
+PART_ALLOWANCE = 2**16  # bytes per `{shard}.pkl` beyond its arrays: small tables, pickle framing
 
 
 class DiskSpaceError(OSError):
@@ -63,6 +70,29 @@ def corpus_sequences(settings: dict, encoded: Path) -> int | None:
     return settings.get("n_sequences") or None
 
 
+def model_shape(model_config: dict, n_layers: int, d_model: int) -> ModelShape:
+    """Layers, heads, head width and width of a model from its config.json."""
+    n_heads = model_config.get("num_attention_heads") or model_config.get("n_head") or d_model
+    d_head = model_config.get("head_dim") or d_model // n_heads
+    return ModelShape(n_layers, n_heads, d_head, d_model)
+
+
+def shard_file_sizes(
+    family: Family, settings: dict, shape: ModelShape, layers: list[int], shards: int, N, length
+) -> dict[str, int | None]:
+    """{`<family>/shards/<k>.pkl` and `.h5`: bytes (None: N unknown)} of the `shards` layer
+    shards of the 0-based `layers` of one corpus of N sequences of `length` pieces."""
+    sizes = {}
+    for k in range(1, shards + 1):
+        block = shard_layers(layers, shards, k)
+        part = family.part_bytes(settings, shape, N, length) + PART_ALLOWANCE if N else None
+        sizes[f"{family.name}/shards/{k}.pkl"] = part
+        for file in family.shard_maps:
+            maps = family.map_bytes(settings, len(block), N, length)[file] if N else None
+            sizes[f"{family.name}/shards/{k}.h5"] = maps
+    return sizes
+
+
 def planned_files(config: dict, families: dict[str, Family], results: Path) -> list[PlannedFile]:
     """The large files of every model with a local folder and every corpus an analysis reads
     (hub models still to fetch are sized when extraction runs)."""
@@ -90,10 +120,18 @@ def planned_files(config: dict, families: dict[str, Family], results: Path) -> l
                     len(stored_states(layers, n_layers)), N, length, d_model, config["dtype"]
                 )
             for family in corpus_families:
-                shape = (config["analyses"][family.name], len(layers), N or 0, length)
+                family_settings = config["analyses"][family.name]
+                shape = (family_settings, len(layers), N or 0, length)
                 for file, size in family.map_bytes(*shape).items():
                     if every_layer or file not in family.every_layer:
                         sizes[f"{family.name}/{file}"] = size if N is not None else None
+                gathered = out / family.name / family.tables["corpus"][0]
+                shards = config.get("shards", 1)
+                if shards > 1 and family.part_bytes is not None and not gathered.exists():
+                    whole = model_shape(model_config, n_layers, d_model)
+                    sizes |= shard_file_sizes(
+                        family, family_settings, whole, layers, shards, N, length
+                    )
             planned += [PlannedFile(out / file, size) for file, size in sizes.items()]
     return planned
 

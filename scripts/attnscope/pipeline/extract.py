@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from attnscope.architectures import architecture
 from attnscope.core.checks import NonFiniteError, all_finite
+from attnscope.core.files import scratch_path
 from attnscope.core.layer_selection import selected_layers, stored_states
 from attnscope.core.store import (
     STORE_TYPES,
@@ -323,25 +324,40 @@ def extract_streamed(
     return summary(arrays, config)
 
 
+def written_bytes(dataset) -> int:
+    """Bytes a chunked HDF5 dataset takes on disk once every chunk is written."""
+    whole = [
+        -(-size // chunk) * chunk for size, chunk in zip(dataset.shape, dataset.chunks, strict=True)
+    ]
+    return int(np.prod(whole)) * dataset.dtype.itemsize
+
+
+def streamed_bytes(hidden: dict) -> int:
+    """Bytes the layer-streamed pass of a layer subset still writes on the store's disk: the
+    store's states still unwritten ({state: `hidden/{s}` dataset [N, L, d]}, whole chunks)
+    and the two scratch states beside them, each as large as one state."""
+    unwritten = sum(written_bytes(d) - d.id.get_storage_size() for d in hidden.values())
+    return unwritten + 2 * written_bytes(next(iter(hidden.values())))
+
+
 @contextmanager
 def scratch_states(out_path: str | Path, hidden: dict):
-    """Two datasets shaped like the store's states in `out_path`.scratch.h5, for the states a
-    layer subset does not keep (state s in dataset s % 2: layer l reads one, writes the other);
-    None when every state up to the last kept one is kept. The file is removed afterwards."""
+    """Two datasets shaped like the store's states in `out_path`.scratch.h5.partial, for the
+    states a layer subset does not keep (state s in dataset s % 2: layer l reads one, writes
+    the other); None when every state up to the last kept one is kept. The file is removed
+    afterwards (after kill -9, by the start-up sweep: `core.files.scratch_path`). The disk
+    must hold it and the store's states still to write (`streamed_bytes`)."""
     first = next(iter(hidden.values()))
     if len(hidden) == max(hidden) + 1:
         yield None
         return
-    path = Path(f"{out_path}.scratch.h5")
-    require_space(path, 2 * first.size * first.dtype.itemsize)
-    try:
+    with scratch_path(f"{out_path}.scratch.h5") as path:
+        require_space(path, streamed_bytes(hidden))
         with h5py.File(path, "w") as f:
             yield [
                 f.create_dataset(str(k), first.shape, first.dtype, chunks=first.chunks)
                 for k in range(2)
             ]
-    finally:
-        path.unlink(missing_ok=True)
 
 
 def summary(arrays: dict, config) -> dict:

@@ -66,6 +66,17 @@ class Needs:
 
 
 @dataclass(frozen=True)
+class ModelShape:
+    """What the size of a layer shard's accumulators depends on: layers, heads per layer, the
+    width of a head and of the residual stream."""
+
+    n_layers: int
+    n_heads: int
+    d_head: int
+    d_model: int
+
+
+@dataclass(frozen=True)
 class Family:
     """An analysis family: config key `analyses.<name>`, rule prefix, results folder name.
 
@@ -89,6 +100,11 @@ class Family:
     every_layer  corpus tables that need every layer's states (the whole depth, or all heads
               at once): with a subset of `layers:` they and the figures drawn from them are
               not made; a family all of whose corpus tables need every layer cannot run then
+    part_bytes  (settings, ModelShape, n_sequences, length) -> bytes at most of the arrays in
+              one layer shard's pickled accumulators (`{shard}.pkl`, `pipeline.shards`), for
+              the disk estimate; None: the family has no layer shards
+    shard_maps  files of `map_bytes` that the layer shards write, each its layers' share
+              (`{shard}.h5`), until the gathering job has copied them into the one file
     """
 
     name: str
@@ -102,6 +118,8 @@ class Family:
     map_bytes: Callable[[dict, int, int, int], dict[str, int]] = lambda *shape: {}
     needs: tuple[Needs, ...] = ()
     every_layer: tuple[str, ...] = ()
+    part_bytes: Callable[[dict, ModelShape, int, int], int] | None = None
+    shard_maps: tuple[str, ...] = ()
 
     def folder_path(self, scope: str = "corpus") -> str:
         """Path pattern (wildcards model, corpus) of the family's folder of one scope."""
@@ -111,6 +129,11 @@ class Family:
         """Path pattern (wildcards model, corpus, shard) of a layer shard's file: `pkl` its
         accumulators, `h5` its maps (`pipeline.shards`)."""
         return f"{self.folder_path()}/shards/{{shard}}.{suffix}"
+
+    def collected_shards(self) -> str:
+        """Path pattern (wildcards model, corpus) of the folder the shards' files are moved
+        to for the gathering job (`pipeline.shards.collect_shards`)."""
+        return f"{self.folder_path()}/shards/collected"
 
     def table(self, file: str, scope: str = "corpus") -> str:
         """Path pattern (wildcards model, corpus) of a declared table; KeyError otherwise."""

@@ -4,14 +4,19 @@ With `shards: S` (S > 1) a sharded family runs S jobs per model and corpus (rule
 `<family>_shard`, wildcard `shard` = 1..S). Shard k analyses the k-th of S consecutive,
 nearly equal blocks of the analysed layers (every layer, or the `layers:` setting's;
 `shard_layers`) and writes its accumulators (`save_part`)
-and its layers' maps. The family's own rule then gathers them: the accumulators `merged`
-(`core.streaming`: every statistic of a layer lives in one shard, so the merge is exact)
-and the map datasets copied into the one maps file, so its tables are those of one job.
+and its layers' maps. The rule `collect_shards` moves them into one folder
+(`<family>/shards/collected`, empty with one shard), and the family's own rule gathers them
+from there: the accumulators `merged` (`core.streaming`: every statistic of a layer lives in
+one shard, so the merge is exact) and the map datasets copied into the one maps file, so its
+tables are those of one job. The gathering job reads that one folder whatever S is, and the
+shards' files keep no Snakemake record once a run ends (`forget_shard_records`), so changing
+`shards` after a finished run reruns nothing.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import pickle
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -49,6 +54,21 @@ def save_part(path: str | Path, part) -> None:
         Path(partial).write_bytes(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
 
 
+def collect_shards(files: list[str | Path], folder: str | Path) -> None:
+    """Move the shards' files (`{shard}.pkl`, `{shard}.h5`) into the new folder `folder`
+    (renamed, not copied: no extra disk); with one shard, `files` is empty."""
+    folder = Path(folder)
+    folder.mkdir(parents=True)
+    for file in map(Path, files):
+        os.replace(file, folder / file.name)
+
+
+def collected(folder: str | Path, suffix: str) -> list[Path]:
+    """The shards' files of one kind (`pkl` accumulators, `h5` maps) in a `collect_shards`
+    folder, in shard order ([] with one shard)."""
+    return sorted(Path(folder).glob(f"*.{suffix}"), key=lambda path: int(path.stem))
+
+
 def gather_parts(paths: list[str | Path]):
     """The shards' accumulators merged into those of the whole model (shards in order)."""
     from attnscope.core.streaming import merged
@@ -78,8 +98,8 @@ def sharded_analysis(snakemake, log, analyse: Callable):
     """Run the job of a sharded family that `snakemake` describes; return the result its
     tables are written from, or None for a shard's job (its part saved to `output.part`).
 
-    - the gathering job (input `parts`, with shards: S > 1): the shards' results `merged`,
-      and their maps (input `part_maps`) copied into `output.maps`;
+    - the gathering job (input `shards`, the `collect_shards` folder, with shards: S > 1):
+      the shards' results `merged`, and their maps copied into `output.maps`;
     - otherwise `analyse(loaded, store, maps, layers)` with the model (`open_model`, the
       `loading` setting), the hidden-state store, the open `output.maps` HDF5 file (None
       when the family writes none) and the 0-based layers to analyse: those the store was
@@ -90,13 +110,14 @@ def sharded_analysis(snakemake, log, analyse: Callable):
     from attnscope.core.store import HiddenStates, atomic_h5
     from attnscope.pipeline.models import open_model
 
-    output, parts = snakemake.output, snakemake.input.get("parts")
+    output, folder = snakemake.output, snakemake.input.get("shards")
+    parts = collected(folder, "pkl") if folder else []
     maps_path = output.get("maps")
     if parts:
         log.info("gathering %d layer shards", len(parts))
         if maps_path:
             with atomic_h5(maps_path) as maps:
-                gather_maps(snakemake.input.part_maps, maps)
+                gather_maps(collected(folder, "h5"), maps)
         return gather_parts(parts)
     loaded = open_model(
         snakemake.input.manifest,

@@ -4,18 +4,19 @@ The loss's forward is the stored one for a causal LM whose store is a float32 fo
 otherwise (a masked LM reads [MASK] where the store holds the original pieces, or a 16-bit
 store) the states of the inputs the loss sees are first extracted layer by layer into a
 scratch store. Then `layerwise_gradient_importance` carries dL/dX back from the head, layer
-by layer. Scratch files live in a temporary folder beside the output and are removed.
+by layer. Scratch files live in a scratch folder beside the output and are removed (after
+kill -9, by the start-up sweep: `core.files.scratch_folder`).
 """
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import h5py
 import pandas as pd
 
 from attnscope.analyses.weights.gradients import layerwise_gradient_importance, loss_targets
+from attnscope.core import files
 from attnscope.core.store import TOKEN_ARRAYS, HiddenStates
 from attnscope.pipeline.extract import extract_streamed
 from attnscope.pipeline.streamed_weights import streamed_head, streamed_model
@@ -39,8 +40,7 @@ def streamed_gradient_importance(
     (all if None)."""
     total = min(limit or store.n_sequences, store.n_sequences)
     targets = loss_targets(store, mask_token_id, rate, seed, total)
-    with tempfile.TemporaryDirectory(dir=scratch_folder, prefix="gradients-") as scratch:
-        scratch = Path(scratch)
+    with files.scratch_folder(scratch_folder, "gradients-") as scratch:
         states_path = store.path
         if mask_token_id is not None or not store.exact:
             encoded, states_path = scratch / "encoded.h5", scratch / "states.h5"

@@ -1,7 +1,7 @@
 """Outputs of the whole-layer mixing analysis (Kobayashi et al. 2021, 2024)."""
 
 from attnscope.maps.scopes import SCOPES
-from attnscope.pipeline.outputs import Family, Figure
+from attnscope.pipeline.outputs import Family, Figure, ModelShape
 
 
 def map_bytes(settings: dict, n_layers: int, n_sequences: int, length: int) -> dict[str, int]:
@@ -13,6 +13,13 @@ def map_bytes(settings: dict, n_layers: int, n_sequences: int, length: int) -> d
         "maps.h5": len(SCOPES) * n_layers * one_map,
         "propagated.h5": n_layers * one_map + n_sequences * n_layers * length * 4,
     }
+
+
+def part_bytes(settings: dict, shape: ModelShape, n_sequences: int, length: int) -> int:
+    """A shard's `MixingResult`: the ratios' moments (5 float64 per scope and layer) and the
+    RSA sums and counts (2 float64 per pair of scopes and layer)."""
+    scopes = len(SCOPES)
+    return 8 * shape.n_layers * (5 * scopes + scopes * (scopes - 1))
 
 
 FAMILY = Family(
@@ -43,6 +50,8 @@ FAMILY = Family(
         Figure("prediction", "corpus", ("prediction.tsv",), ("prediction_examples",)),
     ),
     map_bytes=map_bytes,
+    part_bytes=part_bytes,
+    shard_maps=("maps.h5",),
     # carried through the whole depth to the prediction
     every_layer=(
         "propagated.h5",

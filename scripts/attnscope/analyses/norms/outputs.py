@@ -1,13 +1,23 @@
 """Outputs of the norm-based analysis (Kobayashi et al. 2020), with attention sinks (Xiao et
 al. 2023, Gu et al. 2024) and massive activations (Sun et al. 2024) from the same pass."""
 
-from attnscope.pipeline.outputs import Family, Figure
+from attnscope.pipeline.outputs import Family, Figure, ModelShape
 
 
 def map_bytes(settings: dict, n_layers: int, n_sequences: int, length: int) -> dict[str, int]:
     """attn_n_maps.h5: one [N, L, L] map per layer."""
     itemsize = 2 if settings["maps_dtype"] == "float16" else 4
     return {"attn_n_maps.h5": n_layers * n_sequences * length**2 * itemsize}
+
+
+def part_bytes(settings: dict, shape: ModelShape, n_sequences: int, length: int) -> int:
+    """A shard's `NormsAccumulator`: per category (4), a Spearman sample of at most
+    `spearman_sample_size` rows kept and as many buffered, of 4 float64 fields and a float64
+    key, no more rows than pairs; the per-layer and per-head moments (under 128 float64 per
+    head), and the massive activations' dimensions (at most the width per state)."""
+    L, H = shape.n_layers, shape.n_heads
+    rows = min(2 * settings["spearman_sample_size"], n_sequences * L * H * length**2)
+    return 8 * (4 * rows * (4 + 1) + 128 * L * H + (L + 1) * (shape.d_model + 32))
 
 
 def problems(settings: dict):
@@ -45,4 +55,6 @@ FAMILY = Family(
     ),
     problems=problems,
     map_bytes=map_bytes,
+    part_bytes=part_bytes,
+    shard_maps=("attn_n_maps.h5",),
 )

@@ -1,6 +1,18 @@
 """Outputs of the position analyses (Yamamoto & Matsuzaki)."""
 
-from attnscope.pipeline.outputs import Family, Figure
+from attnscope.pipeline.outputs import Family, Figure, ModelShape
+
+
+def part_bytes(settings: dict, shape: ModelShape, n_sequences: int, length: int) -> int:
+    """A shard's `PassResult` (`corpus_pass.PassResult.zeros`), float64: tr_t(A) of every
+    sequence [N, L, H, 2 t_max + 1] and, per layer and head, the spectra (window at most the
+    length), eigenvalues (complex), eigen-waves, singular values and xcov/xcorr of r = d_head
+    components over 2 xcorr_t_max + 1 offsets."""
+    L, H, r = shape.n_layers, shape.n_heads, shape.d_head
+    T, X = 2 * settings["t_max"] + 1, 2 * settings["xcorr_t_max"] + 1
+    per_head = r * (2 + 2 * length + 1 + 2 * X) + X + 4
+    return 8 * (n_sequences * L * H * T + 3 * L * (length // 2 + 1) + L * H * per_head)
+
 
 FAMILY = Family(
     name="position",
@@ -43,4 +55,5 @@ FAMILY = Family(
         Figure("rotary_offsets", "corpus", ("rotary_offsets.tsv", "rotary_positional_heads.tsv")),
         Figure("rotary_norms", "corpus", ("rotary_bands.tsv",)),
     ),
+    part_bytes=part_bytes,
 )

@@ -16,6 +16,7 @@ visible keys carry no mass and are dropped), so memory stays bounded.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -24,6 +25,7 @@ import torch
 
 from attnscope.core.attention import attention_probs, visible_pairs
 from attnscope.core.canonical import CanonicalModel
+from attnscope.core.files import scratch_folder
 from attnscope.core.store import HiddenStates, batch_spans
 from attnscope.core.tables import indexed_table
 
@@ -153,6 +155,30 @@ def head_distances_by_layer(
         block = torch.from_numpy(entries[:, columns[k] : columns[k + 1]]).to(device)
         total += js_sums(block)
     return total.cpu().numpy()
+
+
+def head_distances_in_scratch(
+    store: HiddenStates,
+    weights: CanonicalModel,
+    batch_size: int,
+    folder: str | Path,
+    device: str = "cpu",
+    limit: int | None = None,
+    log=None,
+) -> np.ndarray:
+    """`head_distances_by_layer` with its entries in a scratch file in a new scratch folder
+    under `folder` (`core.files.scratch_folder`: removed afterwards, and after kill -9 by the
+    start-up sweep); the disk must hold the entries, float32 [L*H, V]."""
+    from attnscope.pipeline.disk_estimate import require_space
+
+    columns = entries_columns(store, batch_size, weights.causal, limit)
+    shape = (weights.n_layers * weights.n_heads, int(columns[-1]))
+    with scratch_folder(folder, "js-entries-") as scratch:
+        path = scratch / "entries.h5"
+        require_space(path, shape[0] * shape[1] * 4)
+        with h5py.File(path, "w") as f:
+            entries = f.create_dataset("entries", shape, "float32")
+            return head_distances_by_layer(store, weights, batch_size, entries, device, limit, log)
 
 
 def distance_table(D: np.ndarray, n_layers: int, n_heads: int) -> pd.DataFrame:
