@@ -10,8 +10,9 @@ its peak RSS is the process's own VmHWM. The analyses read the states the same r
 extraction stored.
 
 shapes   llama-1b, llama-3b, llama-8b: Llama-3.2-1B, Llama-3.2-3B and Llama-3.1-8B configs
-         (grouped-query attention, 128,256-piece vocabulary); bert-base: BERT-base's config;
-         minilm: the embedded MiniLM's real weights (nothing written)
+         (grouped-query attention, 128,256-piece vocabulary); llama-w1024: a Llama of width
+         1024 (16 heads, FF 4096, 16 layers); bert-base, bert-large: BERT-base's and
+         BERT-large's configs; minilm: the embedded MiniLM's real weights (nothing written)
 routes   streamed (`extract_streamed`, `streamed_model`) for every shape; whole (the bare model
          loaded in float32) for the shapes given to --whole (the model must fit in memory)
 steps    extract, norms (the norm-based analysis), mixing (whole-layer mixing, exact FF split),
@@ -21,11 +22,13 @@ steps    extract, norms (the norm-based analysis), mixing (whole-layer mixing, e
 --compute-dtype  the extraction's forward type (float32, bfloat16, float16; analyses: float32)
 --every N [M ..] the `layers:` setting [N, 2N, ...] up to the last layer, each in turn
                  (default 1: all); the store's size is printed after each extraction
+--depths N [M ..] each written shape at N layers, then M, ... (default: the shape's own),
+                 to see how peak memory grows with depth
 
 Run: .venv/bin/python benchmarks/bench_scale.py [--shapes llama-1b llama-3b llama-8b]
      [--whole llama-1b bert-base] [--folder /tmp/attnscope-scale] [--sequences 4]
      [--length 128] [--device cpu] [--steps extract norms mixing] [--compute-dtype float32]
-     [--every 1 4]
+     [--every 1 4] [--depths 4 32]
 """
 
 from __future__ import annotations
@@ -79,18 +82,39 @@ SHAPES = {
         head_dim=128,
         tie_word_embeddings=False,
     ),
+    "llama-w1024": dict(
+        LLAMA,
+        hidden_size=1024,
+        intermediate_size=4096,
+        num_hidden_layers=16,
+        num_attention_heads=16,
+        head_dim=64,
+        tie_word_embeddings=True,
+    ),
     "bert-base": dict(model_type="bert", head="masked", vocab_size=30522),
+    "bert-large": dict(
+        model_type="bert",
+        head="masked",
+        vocab_size=30522,
+        hidden_size=1024,
+        intermediate_size=4096,
+        num_hidden_layers=24,
+        num_attention_heads=16,
+    ),
 }
 
 
-def write_checkpoint(folder: Path, shape: str) -> int:
-    """A random bfloat16 checkpoint of `shape`, one safetensors shard per layer (and one for
-    everything else), written tensor group by tensor group; returns its parameter count."""
+def write_checkpoint(folder: Path, shape: str, depth: int | None = None) -> int:
+    """A random bfloat16 checkpoint of `shape` (at `depth` layers; None: the shape's own), one
+    safetensors shard per layer (and one for everything else), written tensor group by tensor
+    group; returns its parameter count."""
     import torch
     from safetensors.torch import save_file
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForMaskedLM
 
     settings = dict(SHAPES[shape])
+    if depth is not None:
+        settings["num_hidden_layers"] = depth
     head = {"causal": AutoModelForCausalLM, "masked": AutoModelForMaskedLM}[settings.pop("head")]
     config = AutoConfig.for_model(settings.pop("model_type"), **settings)
     config.dtype = "bfloat16"
@@ -197,7 +221,7 @@ else:
         common = dict(batch_size=4, device=device, max_rel_residual=1e-3, log=None)
         chosen = None if layers == "all" else store.layers
         if step == "norms":
-            norms(store, weights, model, maps, sample_size=100000, seed=0, layers=chosen, **common)
+            norms(store, weights, model, maps, sample_size=1000000, seed=0, layers=chosen, **common)
         elif step == "mixing":
             mixing(store, weights, model, maps, ig_steps=0, maps_dtype="float16", layers=chosen,
                    **common)
@@ -237,10 +261,13 @@ def main() -> None:
     parser.add_argument("--steps", nargs="+", default=["extract", "norms", "mixing"])
     parser.add_argument("--compute-dtype", default="float32", help="the extraction's type")
     parser.add_argument("--every", type=int, nargs="+", default=[1], help="every N-th layer")
+    parser.add_argument("--depths", type=int, nargs="+", default=[None], help="layers a model")
     args = parser.parse_args()
     print("shape\tparameters\tcheckpoint_GB\tevery\tstep\troute\tseconds\tpeak_rss_MiB")
-    for shape in args.shapes:
-        folder = args.folder / shape
+    for shape, depth in ((s, d) for s in args.shapes for d in args.depths):
+        if depth is not None and shape not in SHAPES:
+            raise SystemExit(f"--depths: {shape} is not written (its real weights are used)")
+        folder = args.folder / (shape if depth is None else f"{shape}-{depth}layers")
         folder.mkdir(parents=True, exist_ok=True)
         if shape == "minilm":
             from attnscope.api import MINILM
@@ -256,12 +283,13 @@ def main() -> None:
             model = folder
             if not (folder / "model.safetensors.index.json").is_file():
                 started = time.perf_counter()
-                write_checkpoint(folder, shape)
+                write_checkpoint(folder, shape, depth)
                 print(f"# wrote {folder} in {time.perf_counter() - started:.0f} s", flush=True)
             index = json.loads((folder / "model.safetensors.index.json").read_text())
             vocab, size = SHAPES[shape]["vocab_size"], index["metadata"]["total_size"]
             parameters = size // 2  # bfloat16
         n_layers = SHAPES[shape].get("num_hidden_layers", 12) if shape in SHAPES else 6
+        n_layers = depth or n_layers
         encoded = folder / "encoded.h5"
         write_corpus(encoded, vocab, args.sequences, args.length)
         routes = ["streamed"] + (["whole"] if shape in args.whole else [])
@@ -271,7 +299,8 @@ def main() -> None:
                 if step == "propagate" and layers != "all":
                     continue  # the whole depth: not made for a subset of layers
                 timed = run(model, encoded, step, route, args.device, args.compute_dtype, layers)
-                row = [shape, f"{parameters:,}", f"{size / 1e9:.1f}", str(every), step, route]
+                name = shape if depth is None else f"{shape}-{depth}layers"
+                row = [name, f"{parameters:,}", f"{size / 1e9:.1f}", str(every), step, route]
                 print("\t".join([*row, f"{timed[0]:.1f}", f"{timed[1]:.0f}"]), flush=True)
                 if step == "extract":
                     stored = (folder / f"states-{route}.h5").stat().st_size

@@ -73,13 +73,16 @@ class BottomKSample:
     `limit <= size` (see `below`). Callers may drop rows whose key is not below
     `threshold()` before offering them: they could not enter the sample.
     Offered rows are buffered and the sample is cut back to `size` rows once the buffer holds
-    `size` rows (amortised O(1) per row); `compact()` cuts it now.
+    `size / 4` rows (amortised O(1) per row); `compact()` cuts it now and orders the rows by
+    key. Once the sample is full, a cut writes the buffered rows that enter it over the rows
+    they push out, in place, so memory stays near the sample's own however long the stream
+    (a sample rebuilt by concatenation from a buffer of `size` rows took 5 times its own).
     """
 
     def __init__(self, size: int, n_fields: int):
         self.size = size
         self.seen = 0
-        self.keys = torch.empty(0)
+        self.keys = torch.empty(0, dtype=torch.float64)
         self.rows = torch.empty(0, n_fields, dtype=torch.float64)
         self._bound = 1.0
         self._buffer: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -93,24 +96,44 @@ class BottomKSample:
         """keys [m], rows [m, fields]: candidates out of `seen` new rows of the stream."""
         self.seen += seen
         if len(keys):
-            self._buffer.append((keys, rows.to(torch.float64)))
+            self._buffer.append((keys.to(torch.float64), rows.to(torch.float64)))
             self._buffered += len(keys)
-        if self._buffered >= self.size:
-            self.compact()
+        if self._buffered >= max(self.size // 4, 1):
+            self._cut()
 
-    def compact(self) -> None:
-        """Merge the buffer and keep the `size` rows with the smallest keys in `keys`, `rows`."""
+    def _cut(self) -> None:
+        """Merge the buffer into the sample, keeping the `size` rows with the smallest keys."""
         if not self._buffer:
             return
-        keys = torch.cat([self.keys, *(k for k, _ in self._buffer)])
-        rows = torch.cat([self.rows, *(r for _, r in self._buffer)])
+        keys = torch.cat([k for k, _ in self._buffer])
+        rows = torch.cat([r for _, r in self._buffer])
         self._buffer, self._buffered = [], 0
-        if len(keys) > self.size:
-            keep = torch.topk(keys, self.size, largest=False).indices
-            keys, rows = keys[keep], rows[keep]
-        if len(keys) >= self.size:
-            self._bound = float(keys.max())
-        self.keys, self.rows = keys, rows
+        held = len(self.keys)
+        if held < self.size:  # filling: the sample grows, then is cut to size once
+            keys, rows = torch.cat([self.keys, keys]), torch.cat([self.rows, rows])
+            if len(keys) > self.size:
+                keep = torch.topk(keys, self.size, largest=False).indices
+                keys, rows = keys[keep], rows[keep]
+            self.keys, self.rows = keys, rows
+        else:  # full: entering rows overwrite the rows they push out (as many of each)
+            every = torch.cat([self.keys, keys])
+            kept = every <= torch.kthvalue(every, self.size).values
+            if int(kept.sum()) != self.size:  # ties at the cut: pick `size` of them
+                kept = torch.zeros_like(kept)
+                kept[torch.topk(every, self.size, largest=False).indices] = True
+            del every
+            out = (~kept[:held]).nonzero().squeeze(1)
+            entering = kept[held:].nonzero().squeeze(1)
+            self.keys[out], self.rows[out] = keys[entering], rows[entering]
+        if len(self.keys) >= self.size:
+            self._bound = float(self.keys.max())
+
+    def compact(self) -> None:
+        """Merge the buffer now (`_cut`) and order the sample's rows by key, so that it is the
+        same whatever order its rows came in."""
+        self._cut()
+        order = torch.argsort(self.keys)
+        self.keys, self.rows = self.keys[order], self.rows[order]
 
     def merged(self, other: BottomKSample) -> BottomKSample:
         """The sample of both streams: the `size` rows with the smallest keys of the two."""
@@ -128,10 +151,8 @@ class BottomKSample:
         the smallest keys: a uniform subsample).  [m, fields]"""
         if limit > self.size:
             raise ValueError(f"limit {limit} exceeds the sample size {self.size}")
-        self.compact()
-        order = torch.argsort(self.keys)
-        order = order[self.keys[order] < p][:limit]
-        return self.rows[order]
+        self.compact()  # ordered by key
+        return self.rows[self.keys < p][:limit]
 
 
 def merged(a, b):
