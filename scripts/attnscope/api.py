@@ -35,6 +35,7 @@ from attnscope.core.attention import attention_probs, value_vectors, visible_pai
 from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates, write_encoded
+from attnscope.core.tokens import piece_labels
 from attnscope.data.corpora import encode_corpus
 from attnscope.maps.head_norms import head_summed_norms
 from attnscope.maps.layer_maps import layer_scope_maps
@@ -63,8 +64,7 @@ class Model:
 
     def tokens(self, ids) -> list[str]:
         """Readable pieces of token ids (as the pages show them)."""
-        pieces = self.tokenizer.convert_ids_to_tokens([int(i) for i in ids])
-        return [self.tokenizer.convert_tokens_to_string([p]).strip() or p for p in pieces]
+        return piece_labels(self.tokenizer, ids)
 
 
 def load(path: str | Path | None = None, device: str = "cpu", head: bool = True) -> Model:

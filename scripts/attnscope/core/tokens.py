@@ -57,3 +57,19 @@ def categorize(
         cat[:, 0] = np.where(input_ids[:, 0] == start, CLS, cat[:, 0])
     cat[attention_mask == 0] = PAD
     return cat
+
+
+VISIBLE_WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
+
+
+def piece_labels(tokenizer, ids) -> list[str]:
+    """Each piece as text for display: the tokenizer's own decoding of the piece alone
+    (byte-level BPE's "Ġcat" -> "cat", "Ċ" -> newline; SentencePiece's "▁cat" -> "cat";
+    WordPiece keeps "##ing", which marks a word's continuation), without surrounding
+    spaces; a piece that is only whitespace shows it as ␣ ↵ ⇥ ␍."""
+    pieces = tokenizer.convert_ids_to_tokens([int(i) for i in ids])
+    labels = []
+    for piece in pieces:
+        text = tokenizer.convert_tokens_to_string([piece])
+        labels.append(text.strip() or text.translate(VISIBLE_WHITESPACE) or piece)
+    return labels
