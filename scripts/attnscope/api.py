@@ -220,10 +220,11 @@ def decompose(
 
             def carried(l, split):
                 pairs = visible_pairs(mask, weights.causal)
-                maps[PROPAGATED].append(contribution_norms(split, pairs)[0].cpu().numpy())
+                norms = contribution_norms(split, pairs)[0]  # carried in float64: float32 out,
+                maps[PROPAGATED].append(norms.float().cpu().numpy())  # like the other scopes
                 if parts is not None:
-                    parts[PROPAGATED].append(split.parts[0].cpu().numpy().copy())
-                    bias[PROPAGATED].append(split.bias[0].cpu().numpy().copy())
+                    parts[PROPAGATED].append(split.parts[0].float().cpu().numpy())
+                    bias[PROPAGATED].append(split.bias[0].float().cpu().numpy())
 
             def check(l, stage, got, want):
                 residuals.add(l, f"{PROPAGATED} {stage}", got, want, mask)
