@@ -17,8 +17,9 @@ import yaml
 
 from attnscope.core.files import sha256_of
 from attnscope.core.store import read_meta, write_encoded
-from attnscope.core.tokens import CLS, PAD, SEP, special_ids
+from attnscope.core.tokens import CLS, PAD, SEP, piece_labels, special_ids
 from attnscope.data.corpora import KINDS, encode_corpus
+from attnscope.data.corpora.ewt import split_quotas
 
 ROOT = Path(__file__).parents[1]
 MIRROR = Path(os.environ.get("ATTNSCOPE_MIRROR", "/work/shared/data"))
@@ -171,6 +172,19 @@ def test_ewt_gold_trees(minilm):
     assert any(":" in r for meta in corpus.meta for r in meta["relations"])
 
 
+def test_ewt_limit_takes_both_splits(minilm):
+    """A small n_sequences gives the probes test sequences too: half from dev (the odd one
+    from dev), half from test, each within max_length, dev first; 0 still takes all."""
+    assert split_quotas(5, 2) == [3, 2] and split_quotas(4, 2) == [2, 2]
+    assert split_quotas(0, 2) == [None, None]
+    for n, max_length in ((5, 128), (4, 40)):
+        corpus = encode_corpus(
+            "ewt", data("ewt"), minilm, {"n_sequences": n, "max_length": max_length}
+        )
+        splits = [meta["split"] for meta in corpus.meta]
+        assert splits == ["dev"] * ((n + 1) // 2) + ["test"] * (n // 2), (n, max_length)
+
+
 def test_ewt_multiword_tokens_documents_and_dropping(minilm, tmp_path):
     conllu = tmp_path / "tiny.conllu"
     rows = [
@@ -239,6 +253,22 @@ def test_masking(minilm):
     for i, meta in enumerate(masked.meta):
         assert abs(len(meta["masked"]) - 0.12 * eligible[i].sum()) <= 0.5
         assert plain.input_ids[i, meta["masked"]].tolist() == meta["masked_ids"]
+
+
+def test_piece_labels_show_text_not_byte_markers(bpe, minilm):
+    """Byte-level BPE pieces are shown as their text: no Ġ (space) or Ċ (newline) marker, a
+    whitespace-only piece made visible; WordPiece keeps its ## continuation mark."""
+    ids = bpe("The lobster ,\n\nclaws  ")["input_ids"]
+    pieces = bpe.convert_ids_to_tokens(ids)
+    assert "Ġlobster" in pieces and any("Ċ" in p for p in pieces)
+    labels = piece_labels(bpe, ids)
+    assert len(labels) == len(pieces) and "lobster" in labels and "↵" in labels
+    assert not any(marker in label for label in labels for marker in "ĠĊ")
+    assert all(label.strip() for label in labels)
+    assert labels[pieces.index("Ġlobster")] == "lobster"
+    wordpiece = minilm("The unbelievably lobster")["input_ids"]
+    pieces = minilm.convert_ids_to_tokens(wordpiece)
+    assert "##bel" in pieces and piece_labels(minilm, wordpiece) == pieces
 
 
 def test_byte_level_bpe_family(bpe):

@@ -646,3 +646,35 @@ def test_massive_activations_refuse_an_inf_state_rather_than_leave_it_out():
     X[0, 2, 1] = float("inf")
     with pytest.raises(NonFiniteError, match="massive activations.*1 of 6 values"):
         MassiveActivations(n_states=1).add_batch(0, X, mask)
+
+
+@pytest.mark.parametrize("n_states", [31, 5])
+def test_massive_activation_figure_layer_labels_stay_readable(n_states):
+    """31 hidden states (a 30-layer model): at most 16 layer labels per axis, 0 and 30 among
+    them, none overlapping the next once drawn; 5 states: every one labelled."""
+    from attnscope.analyses.norms.plots import massive_activations
+    from attnscope.core.plotting import MAX_LAYER_LABELS
+
+    X = torch.randn(2, 6, 8)
+    X[:, 0, 3] = 500.0
+    massive = MassiveActivations(n_states=n_states)
+    for state in range(n_states):
+        massive.add_batch(state, X, torch.ones(2, 6, dtype=torch.long))
+    fig = massive_activations(massive.table(), "tiny")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        low, high = ax.get_xlim()
+        ticks = [t for t in ax.get_xticks() if low <= t <= high]
+        labels = [
+            t for t in ax.get_xticklabels() if t.get_text() and low <= t.get_position()[0] <= high
+        ]
+        if n_states > MAX_LAYER_LABELS:
+            assert len(ticks) <= MAX_LAYER_LABELS and {0, n_states - 1} <= set(ticks)
+            boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0)
+            assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:], strict=False))
+        else:
+            assert ticks == list(range(n_states))
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)

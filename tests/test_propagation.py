@@ -13,7 +13,7 @@ from attnscope.analyses.mixing.plots import prediction as prediction_figure
 from attnscope.analyses.mixing.rollout import rollout_step
 from attnscope.architectures import architecture, canonical_weights, prediction_head
 from attnscope.core.attention import visible_pairs
-from attnscope.core.checks import ResidualLog
+from attnscope.core.checks import CheckError, ResidualLog
 from attnscope.core.store import HiddenStates
 from attnscope.maps.layer_decomposition import closing_layer_norm, layer_stages
 from attnscope.maps.prediction import logit_attribution
@@ -156,6 +156,36 @@ def test_one_layer_propagation_is_the_per_layer_map(family):
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_parts_are_carried_in_float64_and_a_wrong_split_fails(family):
+    """A float32 model's split is carried in float64 (the split adds no rounding of its own,
+    at any depth), and it still rebuilds every stage of a float32 forward within 1e-5. A
+    wrong split does not pass: one part of one token moved by 1e-3 of the state's norm after
+    layer 1 fails the default bound (1e-4) in layer 2."""
+    model = headed_model(family)
+    states, carried, last, log, mask, inputs = carry(model)
+    assert last.parts.dtype == torch.float64 and all(t.dtype == torch.float64 for t in carried)
+    assert (log.table()["max_rel"] < 1e-5).all()
+    ids, mask = tiny_batch("bert")
+
+    def perturb(layer, split):
+        if layer == 1:
+            norm = split.total()[0, 5].norm()
+            split.parts[0, 5, 2] += 1e-3 * norm / split.parts.shape[-1] ** 0.5
+
+    bound = ResidualLog(1e-4, None, "propagation")
+    with pytest.raises(CheckError, match="layer 2: propagation stage Attn"), torch.no_grad():
+        propagate(
+            model,
+            canonical_weights(model),
+            lambda l: states[l],
+            mask,
+            0,
+            lambda l, stage, got, want: bound.add(l, stage, got, want, mask),
+            perturb,
+        )
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
 def test_zeroed_blocks_pass_the_parts_through(family):
     """With every attention and FF weight and bias set to 0, each layer adds nothing: the
     carried parts stay the embedding output's token split and the bias stays 0."""
@@ -175,7 +205,7 @@ def test_zeroed_blocks_pass_the_parts_through(family):
         last = propagate(model, canonical_weights(model), lambda l: states[l], mask, 0, check)
     start = token_split(states[0])
     real = mask.bool()
-    assert torch.equal(last.parts[real], start.parts[real])
+    assert torch.equal(last.parts[real], start.parts[real].double())  # carried in float64
     assert float(last.bias[real].abs().max()) == 0
 
 

@@ -20,7 +20,7 @@ from attnscope.architectures import canonical_weights, prediction_head
 from attnscope.core.attention import visible_pairs
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
-from attnscope.core.tokens import CLS, OTHER, SEP
+from attnscope.core.tokens import CLS, OTHER, SEP, piece_labels
 from attnscope.maps.layer_maps import layer_scope_maps
 from attnscope.maps.prediction import Prediction
 from attnscope.maps.propagation import propagate
@@ -184,7 +184,7 @@ def test_prediction_row_splits_the_models_own_logits(tmp_path, family_name):
     spread = float(real.std())
     parts = page.arrays["prediction/logit"]
     assert parts.shape == (1, n) and parts.dtype == np.float32
-    assert found["predicted"][0] == minilm_tokenizer().convert_ids_to_tokens(int(real.argmax()))
+    assert found["predicted"][0] == piece_labels(minilm_tokenizer(), [int(real.argmax())])[0]
     got = parts[0].sum() + found["bias"][0]
     assert abs(got - float(real.max())) <= 1e-5 * max(abs(float(real.max())), spread)
     want = float(real[CONTRAST[0]] - real[CONTRAST[1]])

@@ -46,6 +46,7 @@ from attnscope.core.attention import attention_probs, value_vectors, visible_pai
 from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates, write_encoded
+from attnscope.core.tokens import piece_labels
 from attnscope.data.corpora import encode_corpus
 from attnscope.maps.head_norms import head_summed_norms
 from attnscope.maps.layer_maps import layer_scope_maps
@@ -83,8 +84,7 @@ class Model:
 
     def tokens(self, ids) -> list[str]:
         """Readable pieces of token ids (as the pages show them)."""
-        pieces = self.tokenizer.convert_ids_to_tokens([int(i) for i in ids])
-        return [self.tokenizer.convert_tokens_to_string([p]).strip() or p for p in pieces]
+        return piece_labels(self.tokenizer, ids)
 
 
 # Where `load` keeps the folders it dequantises GGUF files into, one per file name
@@ -315,10 +315,11 @@ def decompose(
 
             def carried(l, split):
                 pairs = visible_pairs(mask, weights.causal)
-                maps[PROPAGATED].append(contribution_norms(split, pairs)[0].cpu().numpy())
+                norms = contribution_norms(split, pairs)[0]  # carried in float64: float32 out,
+                maps[PROPAGATED].append(norms.float().cpu().numpy())  # like the other scopes
                 if parts is not None:
-                    parts[PROPAGATED].append(split.parts[0].cpu().numpy().copy())
-                    bias[PROPAGATED].append(split.bias[0].cpu().numpy().copy())
+                    parts[PROPAGATED].append(split.parts[0].float().cpu().numpy())
+                    bias[PROPAGATED].append(split.bias[0].float().cpu().numpy())
 
             def check(l, stage, got, want):
                 residuals.add(l, f"{PROPAGATED} {stage}", got, want, mask)

@@ -20,7 +20,7 @@ modules.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass, replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch is imported where tensors are made: the registry is read without it
@@ -364,3 +364,19 @@ class CanonicalModel:
     def rotary(self) -> bool:
         """Whether positions enter through rotary embeddings (no learned position rows)."""
         return self.position_embeddings is None
+
+
+def cast(value, dtype):
+    """A copy of a canonical object (layer, norm, feed-forward, head; nested) with every
+    floating tensor in `dtype`; other fields (activations, settings) shared. None -> None."""
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype) if value.is_floating_point() else value
+    if isinstance(value, list):
+        return [cast(item, dtype) for item in value]
+    if is_dataclass(value) and not isinstance(value, type):
+        return replace(
+            value, **{f.name: cast(getattr(value, f.name), dtype) for f in fields(value)}
+        )
+    return value

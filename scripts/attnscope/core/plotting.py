@@ -29,3 +29,20 @@ def status_figure(status: str, title: str):
     ax.set_axis_off()
     fig.suptitle(title)
     return fig
+
+
+MAX_LAYER_LABELS = 16  # more layer labels than this run together on a figure's axis
+
+
+def layer_ticks(ax, layers, axis: str = "x") -> None:
+    """Label the integer `layers` (or hidden states) on `axis`: every one up to
+    MAX_LAYER_LABELS of them, else at most that many evenly spaced integers (matplotlib's
+    MaxNLocator: 31 states 0..30 get 0, 2, ..., 30)."""
+    from matplotlib.ticker import MaxNLocator
+
+    layers = sorted({int(layer) for layer in layers})
+    target = ax.xaxis if axis == "x" else ax.yaxis
+    if len(layers) <= MAX_LAYER_LABELS:
+        target.set_ticks(layers)
+    else:
+        target.set_major_locator(MaxNLocator(nbins=MAX_LAYER_LABELS, integer=True))

@@ -91,3 +91,19 @@ def contrast_ids(
             f"{shown} for this model's tokenizer; their logit difference is 0"
         )
     return ids[0], ids[1]
+
+
+VISIBLE_WHITESPACE = str.maketrans({" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍"})
+
+
+def piece_labels(tokenizer, ids) -> list[str]:
+    """Each piece as text for display: the tokenizer's own decoding of the piece alone
+    (byte-level BPE's "Ġcat" -> "cat", "Ċ" -> newline; SentencePiece's "▁cat" -> "cat";
+    WordPiece keeps "##ing", which marks a word's continuation), without surrounding
+    spaces; a piece that is only whitespace shows it as ␣ ↵ ⇥ ␍."""
+    pieces = tokenizer.convert_ids_to_tokens([int(i) for i in ids])
+    labels = []
+    for piece in pieces:
+        text = tokenizer.convert_tokens_to_string([piece])
+        labels.append(text.strip() or text.translate(VISIBLE_WHITESPACE) or piece)
+    return labels

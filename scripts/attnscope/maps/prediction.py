@@ -27,7 +27,7 @@ import torch
 
 from attnscope.architectures import architecture
 from attnscope.core.attention import through
-from attnscope.core.canonical import CanonicalLayerNorm, CanonicalModel, PredictionHead
+from attnscope.core.canonical import CanonicalLayerNorm, CanonicalModel, PredictionHead, cast
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import contrast_ids
@@ -76,16 +76,18 @@ def logit_attribution(
     Returns (contributions [P, k, m], bias share [P, k]); their sum over m plus the bias
     share is the logit.
     """
-    parts, bias = _normed(parts, bias, final_ln)
+    dtype = parts.dtype  # the head's weights are taken to it (the k columns of W_U alone)
+    parts, bias = _normed(parts, bias, cast(final_ln, dtype))
     if head.transform is not None:
-        lin = head.transform.linearise((parts.sum(1) + bias)[:, None], ig_steps)
+        lin = cast(head.transform, dtype).linearise((parts.sum(1) + bias)[:, None], ig_steps)
         c = lin.c[:, 0]  # [P, m_ff]
         parts = lin.fold((parts @ lin.W_pre) * c[:, None]) @ lin.W_post
         bias = lin.fold((bias @ lin.W_pre + lin.b_pre) * c) @ lin.W_post + lin.b_out
-    parts, bias = _normed(parts, bias, head.ln)
-    unembed = head.W_U.T[columns]  # [P, k, d]
+    parts, bias = _normed(parts, bias, cast(head.ln, dtype))
+    unembed = head.W_U.T[columns].to(dtype)  # [P, k, d]
     contributions = torch.einsum("pmd,pkd->pkm", parts, unembed) * head.multiplier
-    bias_share = (torch.einsum("pd,pkd->pk", bias, unembed) + head.b_U[columns]) * head.multiplier
+    b_U = head.b_U[columns].to(dtype)
+    bias_share = (torch.einsum("pd,pkd->pk", bias, unembed) + b_U) * head.multiplier
     if head.softcap is not None:
         z = contributions.sum(-1) + bias_share
         factor = torch.where(z != 0, head.softcap * torch.tanh(z / head.softcap) / z, 1.0)

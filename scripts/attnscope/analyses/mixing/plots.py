@@ -8,6 +8,7 @@ import pandas as pd
 import seaborn as sns
 
 import attnscope.core.plotting  # noqa: F401  (the shared look; sets the Agg backend)
+from attnscope.core.plotting import layer_ticks
 
 SCOPE_ORDER = [
     "Attn-w",
@@ -36,7 +37,7 @@ def mixing_ratio(mixing_ratio: pd.DataFrame, title: str):
         )
     left.set(xlabel="layer", ylabel="mixing ratio (%)", ylim=(0, 100))
     left.legend(fontsize="x-small", ncol=2)
-    left.set_xticks(sorted(per_layer["layer"].unique()))
+    layer_ticks(left, per_layer["layer"])
     right.barh(overall.index, overall["percent"], color=[palette[s] for s in overall.index])
     for y, value in enumerate(overall["percent"]):
         right.text(value + 1, y, f"{value:.1f}", va="center", fontsize="small")
@@ -147,7 +148,7 @@ def propagated_mixing(propagated_mixing: pd.DataFrame, mixing_ratio: pd.DataFram
     right.plot(bias["layer"], 100 * bias["mean"], "-o", color="tab:gray")
     right.set(xlabel="layer", ylabel="bias share of the norm budget (%)")
     for ax in (left, right):
-        ax.set_xticks(sorted(per_layer["layer"].unique()))
+        layer_ticks(ax, per_layer["layer"])
     fig.suptitle(f"{title}: the state after each layer split by input token")
     fig.tight_layout()
     return fig
@@ -162,7 +163,7 @@ def rollout(rollout: pd.DataFrame, title: str):
         ax.plot(group["layer"], group["spearman"], "-o", label=baseline)
     ax.axhline(0, color="black", linewidth=0.5)
     ax.set(xlabel="layer", ylabel="Spearman vs propagated", ylim=(-1, 1))
-    ax.set_xticks(sorted(rows["layer"].unique()))
+    layer_ticks(ax, rows["layer"])
     ax.legend(fontsize="x-small")
     ax.set_title(f"{title}: where rollout agrees with the exact propagation")
     fig.tight_layout()

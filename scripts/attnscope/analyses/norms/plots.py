@@ -11,6 +11,7 @@ import pandas as pd
 import seaborn as sns
 
 import attnscope.core.plotting  # noqa: F401  (the shared look; sets the Agg backend)
+from attnscope.core.plotting import layer_ticks
 
 CATEGORY_ORDER = ["CLS", "SEP", "punct", "other"]
 
@@ -103,7 +104,7 @@ def token_class_layer(token_class_layer: pd.DataFrame, title: str):
             )
             bottom += grid[category].to_numpy()
         ax.set(xlabel="layer", ylabel=f"{column} summed over the category's keys")
-        ax.set_xticks(grid.index)
+        layer_ticks(ax, grid.index)
         ax.set_title(panel)
     axes[1].legend(title="key category", loc="upper left", bbox_to_anchor=(1.02, 1))
     fig.suptitle(title)
@@ -146,7 +147,7 @@ def massive_activations(massive_activations: pd.DataFrame, title: str):
     right.set(xlabel="hidden state (0 = embeddings)", ylabel="first / others", yscale="log")
     right.legend(fontsize="small")
     for ax in (left, right):
-        ax.set_xticks(table["layer"])
+        layer_ticks(ax, table["layer"])
     fig.suptitle(title)
     fig.tight_layout()
     return fig

@@ -44,7 +44,7 @@ from attnscope.core.attention import (
 from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
-from attnscope.core.tokens import CATEGORY_NAMES, SEP
+from attnscope.core.tokens import CATEGORY_NAMES, SEP, VISIBLE_WHITESPACE, piece_labels
 from attnscope.maps.head_norms import head_summed_norms
 from attnscope.maps.layer_decomposition import VECTOR_SCOPES
 from attnscope.maps.layer_maps import layer_scope_maps
@@ -115,7 +115,11 @@ def sequence_page(
     unit_pieces = [[] for _ in range(int(units.max()) + 1)]
     for piece, unit in zip(pieces, units, strict=True):
         unit_pieces[unit].append(piece)
-    unit_labels = [tokenizer.convert_tokens_to_string(p).strip() for p in unit_pieces]
+    unit_labels = [
+        tokenizer.convert_tokens_to_string(p).strip()
+        or tokenizer.convert_tokens_to_string(p).translate(VISIBLE_WHITESPACE)
+        for p in unit_pieces
+    ]
     page = Page(
         header={
             "sequence": index,
@@ -131,7 +135,7 @@ def sequence_page(
             "rotary": weights.rotary,
             "architecture": weights.architecture,
             "model_type": weights.model_type,
-            "tokens": [tokenizer.convert_tokens_to_string([p]).strip() or p for p in pieces],
+            "tokens": piece_labels(tokenizer, ids),
             "category": [CATEGORY_NAMES[int(c)] for c in category],
             "segment": segments(category).tolist(),
             "unit": units.tolist(),
@@ -173,7 +177,9 @@ def sequence_page(
     if scopes:  # the decomposition carried from the input tokens through every layer
         settings = (ig_steps, top_k, residuals, device)
         last = add_propagated(page, store, index, weights, model, *settings)
-        add_prediction(page, store, index, weights, last, prediction, ig_steps, residuals)
+        add_prediction(
+            page, store, index, weights, last, prediction, ig_steps, residuals, tokenizer
+        )
     page.header["alpha_max_error"] = alpha_error
     page.header["max_rel_residual"] = float(residuals.table()["max_rel"].max()) if scopes else None
     return page
@@ -219,10 +225,11 @@ def add_prediction(
     prediction: Prediction | None,
     ig_steps: int,
     residuals: ResidualLog,
+    tokenizer,
 ) -> None:
     """`prediction/logit` (and `prediction/contrast`) [P, n] and `header["prediction"]`: the
     last state's split pushed through the LM head (`maps.prediction.attribute`, checked
-    against the model's logits), or the reason there is none."""
+    against the model's logits), or the reason there is none; tokens shown as `piece_labels`."""
     if prediction is None or prediction.head is None:
         page.header["prediction"] = {"reason": "the model has no LM head"}
         return
@@ -234,7 +241,10 @@ def add_prediction(
         what = "[MASK]" if prediction.mask_token_id is not None else "text piece"
         page.header["prediction"] = {"reason": f"no {what} in this sequence to predict"}
         return
-    token_of = prediction.token_of
+
+    def token_of(token_id: int) -> str:
+        return piece_labels(tokenizer, [token_id])[0]
+
     page.arrays["prediction/logit"] = found.contributions[:, 0, :n].astype("f4")
     page.header["prediction"] = {
         "kind": found.kind,

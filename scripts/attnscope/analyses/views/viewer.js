@@ -101,7 +101,8 @@ function sources() {
       scope === "Attn" ? "Attn: \u2016\u03a3_h \u03b1 f(x)\u2016"
       : scope === "Propagated" ? "Propagated: input tokens' parts of the state, through the depth"
       : `${scope}: whole layer`;
-    list.push({ id: scope, label, heads: 1, kind: "norm", sparse: true });
+    // a token's own part holds its residual (a massive activation: 10^4 times the rest)
+    list.push({ id: scope, label, heads: 1, kind: "norm", sparse: true, offDiagonal: scope !== "Attn" });
   }
   return list;
 }
@@ -163,10 +164,16 @@ function shown(id, layer, level) {
             out[(h * UNITS + u[i]) * UNITS + u[j]] += raw[(h * N + i) * N + j] / units.size[u[i]];
       raw = out; m = UNITS; ({ labels, segment, special } = units);
     }
-    let max = 0;
-    for (const v of raw) if (v > max) max = v;
+    // the scale: the largest cell, or for maps with a residual the largest off the diagonal
+    // (own parts above it are drawn at full opacity); the largest cell where none is off it
+    let max = 0, offMax = 0;
+    raw.forEach((v, x) => {
+      if (v > max) max = v;
+      if (v > offMax && Math.floor(x / m) % m !== x % m) offMax = v;
+    });
+    if (source.offDiagonal && offMax > 0) max = offMax;
     const norm = source.kind === "weight" ? 1 : max || 1;
-    const values = raw.map((v) => v / norm);
+    const values = raw.map((v) => Math.min(1, v / norm));
     return { m, heads, labels, segment, special, values, raw, max, norm };
   });
 }
@@ -438,7 +445,9 @@ function legend() {
     return;
   }
   const source = sourceOf(state.source), view = shown(state.source, state.layer, state.level);
-  const scale = source.kind === "weight" ? "opacity = value" : `opacity = value / ${view.max.toPrecision(3)} (largest of this layer)`;
+  const scale = source.kind === "weight" ? "opacity = value"
+    : source.offDiagonal ? `opacity = value / ${view.max.toPrecision(3)} (largest off the diagonal of this layer; a token's own part, which holds its residual, is capped at full opacity)`
+    : `opacity = value / ${view.max.toPrecision(3)} (largest of this layer)`;
   const stored = source.sparse ? `; stored: the top ${header.top_k} keys of each query row` : "";
   const words = state.level === "words" ? "; words: sum over a word's key pieces, mean over its query pieces" : "";
   $("legend").textContent = `${source.label}, layer ${state.layer}: ${scale}${stored}${words}.`;

@@ -12,6 +12,7 @@ import seaborn as sns
 
 import attnscope.core.plotting  # noqa: F401  (the shared look; sets the Agg backend)
 from attnscope.analyses.weights.behaviours import BEHAVIOURS
+from attnscope.core.plotting import layer_ticks
 
 CATEGORY_LABELS = {"CLS": "[CLS]", "SEP": "[SEP]", "punct": ". or ,", "other": "other"}
 
@@ -58,7 +59,7 @@ def special_tokens(heads: pd.DataFrame, layers: pd.DataFrame, title: str):
     axes[1].set(xlabel="layer", ylabel="average attention mass", title="attention to [SEP]")
     fig.suptitle(title)
     for ax in axes:
-        ax.set_xticks(layers["layer"])
+        layer_ticks(ax, layers["layer"])
         ax.set_ylim(-0.02, 1.02)
         ax.legend()
     return fig
@@ -74,7 +75,7 @@ def entropy(heads: pd.DataFrame, layers: pd.DataFrame, title: str):
             layers["layer"], layers["uniform_entropy"], ls="--", c="gray", label="uniform attention"
         )
         ax.set(xlabel="layer", ylabel="entropy (nats)", title=f"attention entropy: {panel}")
-        ax.set_xticks(layers["layer"])
+        layer_ticks(ax, layers["layer"])
         ax.set_ylim(bottom=0)
         if heads[column].isna().all():
             ax.text(0.5, 0.5, "not defined for this model", transform=ax.transAxes, ha="center")
@@ -106,7 +107,7 @@ def gradients(gradients: pd.DataFrame, title: str):
         ylabel="|alpha dL/dalpha| per query token",
         title=f"Gradient importance of attention (masked-LM loss), {title}",
     )
-    ax.set_xticks(sorted(table["layer"].unique()))
+    layer_ticks(ax, table["layer"])
     ax.legend()
     return fig
 

@@ -4,6 +4,8 @@ Multi-word token lines and empty nodes are skipped. Meta per sequence: words, he
 word index, -1 for ROOT), relations, upos, split (dev or test, from the file name),
 sentence_ids, segment_a_words. Sentences i, i+1 of one document form a pair; a document's odd
 last sentence stays alone as [START] s [SEP]. Sequences over max_length are dropped, not cut.
+A limit (`n_sequences`) is shared between dev and test (`split_quotas`): the probes train on
+dev and report on test, so each needs sequences.
 """
 
 from __future__ import annotations
@@ -75,12 +77,33 @@ def ud_split(path: str) -> str:
     return Path(path).stem
 
 
+def split_quotas(n_sequences: int, n_files: int) -> list[int | None]:
+    """How many sequences each file (split) gives when `n_sequences` > 0: an even share, the
+    first files taking the remainder (5 over dev and test: 3, 2); None each for 0 (all)."""
+    if not n_sequences:
+        return [None] * n_files
+    return [n_sequences // n_files + (k < n_sequences % n_files) for k in range(n_files)]
+
+
 def read(files: list[str], pieces: Pieces, settings: dict) -> Iterator[Sequence]:
-    for path in files:
-        split = ud_split(path)
+    """Dev's pairs, then test's. With `n_sequences` > 0 each split gives its share of them
+    (`split_quotas`, counting pairs within `max_length`), so that a small corpus still has
+    test sequences for the probes; a split short of its share leaves the rest to the next."""
+    quotas = split_quotas(settings["n_sequences"], len(files))
+    owed = 0
+    for path, quota in zip(files, quotas, strict=True):
+        split, kept = ud_split(path), 0
+        wanted = None if quota is None else quota + owed
         for document in conllu_documents([path]):
             for i in range(0, len(document), 2):
-                yield _pair(document[i : i + 2], split, pieces)
+                if wanted is not None and kept == wanted:
+                    break
+                sequence = _pair(document[i : i + 2], split, pieces)
+                kept += len(sequence.ids) <= settings["max_length"]
+                yield sequence
+            if wanted is not None and kept == wanted:
+                break
+        owed = 0 if wanted is None else wanted - kept
 
 
 def _pair(sentences: list[dict], split: str, pieces: Pieces) -> Sequence:
