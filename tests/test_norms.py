@@ -383,7 +383,10 @@ def test_tables_match_transformers(tmp_path, family):
     for c, name in CATEGORY_NAMES.items():
         a, f = np.array(pairs[c]).T
         assert rho.loc[name, "n_vectors"] == rho.loc[name, "n_sampled"] == len(a)
-        assert rho.loc[name, "spearman"] == pytest.approx(spearmanr(a, f).statistic, abs=1e-6)
+        # Ranks are exact but ties are not: layer 1 gives equal ||f(x)|| to a piece at the same
+        # position in two sequences; here one forward holds both, in the pass two batches of
+        # other shapes, whose BLAS kernels may round one of them 1 ulp apart on some CPUs.
+        assert rho.loc[name, "spearman"] == pytest.approx(spearmanr(a, f).statistic, abs=1e-3)
     sample = tables["alpha_fx_sample"]
     assert set(sample["category"]) <= set(CATEGORY_NAMES.values())
     assert sample.groupby("category").size().max() <= 100
