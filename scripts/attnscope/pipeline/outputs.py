@@ -132,7 +132,7 @@ class Family:
 
     def collected_shards(self) -> str:
         """Path pattern (wildcards model, corpus) of the folder the shards' files are moved
-        to for the gathering job (`pipeline.shards.collect_shards`)."""
+        to for the gathering job (the rule `collect_shards`, rules/shards.smk)."""
         return f"{self.folder_path()}/shards/collected"
 
     def table(self, file: str, scope: str = "corpus") -> str:

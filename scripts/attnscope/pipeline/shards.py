@@ -16,7 +16,6 @@ shards' files keep no Snakemake record once a run ends (`forget_shard_records`),
 from __future__ import annotations
 
 import functools
-import os
 import pickle
 from collections.abc import Callable
 from contextlib import nullcontext
@@ -52,15 +51,6 @@ def save_part(path: str | Path, part) -> None:
     """Write a shard's accumulators (any picklable object) to `path`, atomically."""
     with atomic_path(path) as partial:
         Path(partial).write_bytes(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def collect_shards(files: list[str | Path], folder: str | Path) -> None:
-    """Move the shards' files (`{shard}.pkl`, `{shard}.h5`) into the new folder `folder`
-    (renamed, not copied: no extra disk); with one shard, `files` is empty."""
-    folder = Path(folder)
-    folder.mkdir(parents=True)
-    for file in map(Path, files):
-        os.replace(file, folder / file.name)
 
 
 def collected(folder: str | Path, suffix: str) -> list[Path]:
