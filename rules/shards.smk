@@ -12,6 +12,8 @@ rule collect_shards:
         temp(directory("results/{model}/{corpus}/{family}/shards/collected")),
     log:
         "results/{model}/{corpus}/logs/{family}_collect_shards.log",
+    conda:
+        "../envs/workflow.yaml"
     shell:
         # a rename, not a copy: no extra disk; with one shard there is nothing to move
         'mkdir -p {output:q} && for file in {input:q}; do mv -- "$file" {output:q}/; done'
