@@ -5,6 +5,7 @@ from attnscope.core.layer_selection import layer_setting  # noqa: E402
 from attnscope.pipeline.config_checks import check_config, model_depths  # noqa: E402
 from attnscope.pipeline.models import local_model_files  # noqa: E402
 from attnscope.pipeline.outputs import families, figure_paths  # noqa: E402
+from attnscope.pipeline.user_config import corpus_for_model  # noqa: E402
 
 FAMILIES = families()
 check_config(config, FAMILIES)  # every cross-field check, before any job
@@ -38,8 +39,9 @@ def canonical(value):
 
 
 def corpus_settings(wildcards):
-    """The corpus block of the config with schema defaults, keys sorted."""
-    return canonical(config["corpora"][wildcards.corpus])
+    """The corpus block of the config with schema defaults, and the model's own settings
+    for it (`models.<model>.corpora`) in their place, keys sorted."""
+    return canonical(corpus_for_model(config, wildcards.model, wildcards.corpus))
 
 
 def model_settings(wildcards):

@@ -14,12 +14,14 @@ from attnscope.pipeline.config_checks import (
     check_config_files,
     check_every_layer,
     check_integer_settings,
+    check_model_corpora,
     check_position_heads,
     check_texts,
     check_view_sequences,
     float_integers,
 )
 from attnscope.pipeline.outputs import families
+from attnscope.pipeline.user_config import corpus_for_model
 
 ROOT = Path(__file__).parents[1]
 SCHEMA = ROOT / "config" / "schema.yaml"
@@ -89,6 +91,7 @@ def test_a_texts_corpus_takes_every_text_and_each_shows_a_character():
 
 def test_view_sequences_beyond_a_corpus_the_config_sizes_are_refused():
     config = default_config()  # texts: 3 texts; wiki: n_sequences 992
+    config["models"] = {"minilm-l6": config["models"]["minilm-l6"]}
     config["analyses"]["views"]["sequences"] = {"texts": [0, 2], "wiki": [991]}
     check_view_sequences(config)
     config["analyses"]["views"]["sequences"] = {"texts": [0, 5, 3]}
@@ -101,6 +104,32 @@ def test_view_sequences_beyond_a_corpus_the_config_sizes_are_refused():
         check_view_sequences(config)
     config["corpora"]["wiki"]["n_sequences"] = 0  # all: known once encoded
     check_view_sequences(config)
+
+
+def test_a_model_reads_a_corpus_with_its_own_settings_in_place_of_the_corpus_ones():
+    config = default_config()
+    config["models"] = {
+        "small": {"source": "path", "path": "x"},
+        "deep": {"source": "path", "path": "y", "corpora": {"wiki": {"n_sequences": 8}}},
+    }
+    assert corpus_for_model(config, "small", "wiki") == config["corpora"]["wiki"]
+    assert corpus_for_model(config, "deep", "wiki") == config["corpora"]["wiki"] | {
+        "n_sequences": 8
+    }
+    assert corpus_for_model(config, "deep", "gap") == config["corpora"]["gap"]
+    check_model_corpora(config)
+    config["analyses"]["views"]["sequences"] = {"wiki": [0, 9]}
+    with pytest.raises(ConfigError, match=r"corpus 'wiki' has 8 sequences at most .*'deep'"):
+        check_view_sequences(config)
+    config["models"]["deep"]["corpora"] = {"wikki": {"n_sequences": 8}}
+    with pytest.raises(ConfigError, match=r"models\.deep\.corpora names corpus 'wikki', which"):
+        check_model_corpora(config)
+    config["models"]["deep"]["corpora"] = {"texts": {"n_sequences": 1}}
+    with pytest.raises(ConfigError, match=r"corpora\.texts \(as models\.deep\.corpora sets"):
+        check_model_corpora(config)
+    config["models"]["deep"]["corpora"] = {"wiki": {"kind": "ewt"}}  # the kind is the corpus's
+    with pytest.raises(Exception, match="kind"):
+        validate(config, str(SCHEMA))
 
 
 def test_position_heads_are_checked_against_the_models_layers_and_heads():

@@ -1021,7 +1021,19 @@ def test_masked_corpus_on_a_decoder_fails_before_any_job(tmp_path):
     text = result.stdout + result.stderr
     assert result.returncode != 0
     assert "model 'llama' (llama) has no mask token" in text and "wiki_masked" in text
+    assert "models: {llama: {corpora: {wiki_masked: {mask_rate: 0}}}}" in text
     assert not (tmp_path / "run" / "results").exists()
+    # the fix it names: the decoder reads the corpus unmasked, the encoder masked
+    from snakemake.utils import validate
+
+    from attnscope.pipeline.config_checks import check_models
+
+    config["models"]["llama"]["corpora"] = {"wiki_masked": {"mask_rate": 0}}
+    validate(config, str(ROOT / "config" / "schema.yaml"))  # with the defaults
+    check_models(config, ["wiki_masked"])
+    config["models"]["llama"]["corpora"]["wiki_masked"]["max_length"] = 100_000
+    with pytest.raises(ValueError, match=r"wiki_masked\.max_length is 100000 for model 'llama'"):
+        check_models(config, ["wiki_masked"])
 
 
 def test_bad_inputs_fail_by_name_and_leave_no_outputs(tmp_path, tiny_model_dir):

@@ -21,6 +21,7 @@ from attnscope.pipeline.models import (
     require_weights,
 )
 from attnscope.pipeline.outputs import Family
+from attnscope.pipeline.user_config import corpus_for_model
 
 
 class ConfigError(ValueError):
@@ -105,6 +106,7 @@ def check_config(config: dict, families: dict[str, Family]) -> None:
     for name, settings in corpora.items():
         check_own_settings(name, settings)
         check_texts(name, settings)
+    check_model_corpora(config)
     for name, family in families.items():
         settings = config["analyses"][name]
         if not settings.get("enabled", True):
@@ -132,7 +134,7 @@ def check_config(config: dict, families: dict[str, Family]) -> None:
         for corpus in family.corpora(config["analyses"][name])
     }
     check_view_sequences(config)
-    check_models(config, sorted(c for c in used if corpora[c].get("mask_rate", 0) > 0))
+    check_models(config, sorted(used))
     check_every_layer(config, families, model_depths(config))
 
 
@@ -206,6 +208,22 @@ def check_texts(name: str, settings: dict) -> None:
             )
 
 
+def check_model_corpora(config: dict) -> None:
+    """Each model's `corpora:` block names defined corpora, and the settings it gives are
+    consistent with the corpus's kind (a texts corpus takes every text)."""
+    for model, spec in config["models"].items():
+        for corpus in spec.get("corpora", {}):
+            if corpus not in config["corpora"]:
+                raise ConfigError(
+                    f"config: models.{model}.corpora names corpus {corpus!r}, which is not "
+                    f"defined under corpora: (defined: {', '.join(config['corpora'])})"
+                )
+            check_texts(
+                f"{corpus} (as models.{model}.corpora sets it)",
+                corpus_for_model(config, model, corpus),
+            )
+
+
 def check_view_sequences(config: dict) -> None:
     """The sequences `analyses.views.sequences` names exist where the config tells: below the
     number of texts of a texts corpus, below `n_sequences` (when not 0) of another."""
@@ -213,27 +231,29 @@ def check_view_sequences(config: dict) -> None:
     if not views.get("enabled", True):
         return
     for corpus, indices in views.get("sequences", {}).items():
-        settings = config["corpora"].get(corpus)
-        if settings is None:
+        if corpus not in config["corpora"]:
             continue  # named by the family's own problems
-        if settings["kind"] == "texts":
-            count, what = len(settings.get("texts") or []), "texts"
-        else:
-            count, what = settings.get("n_sequences", 0), "sequences at most (n_sequences)"
-        beyond = sorted(i for i in indices if count and i >= count)
-        if beyond:
-            raise ConfigError(
-                f"config: analyses.views.sequences.{corpus} names sequences {beyond}, but corpus "
-                f"{corpus!r} has {count} {what} (0-based: 0..{count - 1})"
-            )
+        for model in config["models"]:
+            settings = corpus_for_model(config, model, corpus)
+            if settings["kind"] == "texts":
+                count, what = len(settings.get("texts") or []), "texts"
+            else:
+                count, what = settings.get("n_sequences", 0), "sequences at most (n_sequences)"
+            beyond = sorted(i for i in indices if count and i >= count)
+            if beyond:
+                raise ConfigError(
+                    f"config: analyses.views.sequences.{corpus} names sequences {beyond}, but "
+                    f"corpus {corpus!r} has {count} {what} for model {model!r} (0-based: "
+                    f"0..{count - 1})"
+                )
 
 
-def check_models(config: dict, masked_corpora: list[str] = ()) -> None:
+def check_models(config: dict, used_corpora: list[str] = ()) -> None:
     """Every model that is on this machine exists, has a supported architecture, a
     tokenizer and whole weight files (`require_weights`), has safetensors weights if
     `loading` is layer-streamed, has every layer that `layers` names and at least `shards`
     of them, takes inputs as long as every corpus's max_length, has a mask token if an
-    analysis reads a corpus with [MASK] (`masked_corpora`), and has `contrast`'s pieces
+    analysis reads a corpus (of `used_corpora`) with [MASK], and has `contrast`'s pieces
     (`check_contrast`) (hub models still to fetch: at acquisition; the contrast of a GGUF
     still to dequantise: at the job's start)."""
     for name, spec in config["models"].items():
@@ -246,11 +266,15 @@ def check_models(config: dict, masked_corpora: list[str] = ()) -> None:
             require_tokenizer(name, folder)
             require_weights(name, folder)
             check_contrast(name, folder, config.get("analyses", {}).get("mixing", {}))
-        if masked_corpora and not family.has_mask_token:
+        masked = [
+            c for c in used_corpora if corpus_for_model(config, name, c).get("mask_rate", 0) > 0
+        ]
+        if masked and not family.has_mask_token:
             raise ConfigError(
                 f"config: model {name!r} ({model_config['model_type']}) has no mask token, but "
-                f"corpora {', '.join(masked_corpora)} replace pieces by [MASK] (mask_rate > 0); "
-                "give it corpora without mask_rate (e.g. analyses: {mixing: {corpora: [wiki]}})"
+                f"corpora {', '.join(masked)} replace pieces by [MASK] (mask_rate > 0); let "
+                f"it read them unmasked (models: {{{name}: {{corpora: {{{masked[0]}: "
+                "{mask_rate: 0}}}}}) or give the analysis corpora without mask_rate"
             )
         if folder is not None and config.get("loading") == "layer-streamed":
             try:
@@ -270,11 +294,13 @@ def check_models(config: dict, masked_corpora: list[str] = ()) -> None:
             )
         check_position_heads(config, name, layers, n_layers, family.n_heads(model_config))
         limit = family.max_positions(model_config)
-        for corpus, settings in config["corpora"].items():
-            if settings["max_length"] > limit:
+        for corpus in config["corpora"]:
+            length = corpus_for_model(config, name, corpus)["max_length"]
+            if length > limit:
                 raise ConfigError(
-                    f"config: corpora.{corpus}.max_length is {settings['max_length']}, but "
-                    f"model {name!r} takes at most {limit} positions; lower max_length"
+                    f"config: corpora.{corpus}.max_length is {length} for model {name!r}, "
+                    f"which takes at most {limit} positions; lower max_length (for this "
+                    f"model: models.{name}.corpora.{corpus}.max_length)"
                 )
 
 

@@ -28,6 +28,7 @@ from attnscope.core.layer_selection import selected_layers, stored_states, whole
 from attnscope.pipeline.models import local_model_config
 from attnscope.pipeline.outputs import Family, ModelShape
 from attnscope.pipeline.shards import shard_layers
+from attnscope.pipeline.user_config import corpus_for_model
 
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 GB = 1e9
@@ -111,7 +112,7 @@ def planned_files(config: dict, families: dict[str, Family], results: Path) -> l
         layers = selected_layers(config.get("layers", "all"), n_layers, f"model {model!r}")
         every_layer = whole_model(config.get("layers"), n_layers)  # else no every_layer files
         for corpus, corpus_families in readers.items():
-            settings = config["corpora"][corpus]
+            settings = corpus_for_model(config, model, corpus)
             out = results / model / corpus
             N, length = corpus_sequences(settings, out / "encoded.h5"), settings["max_length"]
             sizes = {"hidden_states.h5": None}

@@ -19,3 +19,11 @@ def replace_user_blocks(config: dict, user_config: dict) -> None:
             target = target.setdefault(key, {})
         if isinstance(given, dict) and keys[-1] in given:
             target[keys[-1]] = given[keys[-1]]
+
+
+def corpus_for_model(config: dict, model: str, corpus: str) -> dict:
+    """The settings of `corpus` as `model` reads it: the corpus's own block, with the keys the
+    model's `corpora:` block gives for it in their place (a deep model reads fewer sequences;
+    a model without [MASK] reads a masked corpus with mask_rate 0)."""
+    own = dict(config["corpora"][corpus])
+    return own | config["models"][model].get("corpora", {}).get(corpus, {})
