@@ -152,3 +152,13 @@ def test_the_readme_is_one_screen_with_the_ci_command():
     assert len(readme.splitlines()) <= 150
     assert "make test MIRROR=../shared/data" in readme
     assert "## What the default run finds" in readme
+
+
+def test_every_corpus_kind_is_in_the_corpora_table():
+    """The registry of corpus kinds is the Corpora table's rows, in order, on the
+    configuration page (the README's table moved there)."""
+    from attnscope.data.corpora import KINDS
+
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    table = page.split("## Corpora", 1)[1].split("\n\n", 2)[1]
+    assert [row.split("`")[1] for row in table.splitlines()[2:]] == list(KINDS)
