@@ -62,14 +62,18 @@ def site(tmp_path_factory):
     out = tmp_path_factory.mktemp("docs") / "site"
     done = build(ROOT / "docs", out)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    return {
-        str(page.relative_to(out)): text_of(page.read_text())
-        for page in out.rglob("*.html")
-        if page.name != "404.html"
-    }
+    pages = {str(page.relative_to(out)): page.read_text() for page in out.rglob("*.html")}
+    fetched = [
+        (name, url)
+        for name, html in pages.items()
+        for url in re.findall(r'<(?:script|link)[^>]*(?:src|href)="(https?://[^"]+)"', html)
+    ]
+    assert fetched == [], "the site must work offline"
+    return {name: text_of(html) for name, html in pages.items() if name != "404.html"}
 
 
 def test_the_site_builds_strictly_offline(site):
+    """Built with --strict, and no page fetches a script, style or font (the fixture)."""
     assert "reference/configuration.html" in site and "analyses/mixing.html" in site
 
 
