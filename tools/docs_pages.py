@@ -218,7 +218,8 @@ def outputs_page() -> str:
         page = f"[the family's page](../analyses/{name}.md)"
         lines += [f"## {name}", "", f"{family.title}; {page}.", ""]
         if family.folder:
-            lines += [f"One folder, `{family.folder_path()}/`, written by one job.", ""]
+            folder = f"One folder, `{family.folder_path()}/`, written by one job"
+            lines += [f"{folder}; the family's page lists the files it holds.", ""]
         lines += ["| file | scope | path |", "|---|---|---|"]
         for scope, files in family.tables.items():
             for file in files:
