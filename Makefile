@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine with Python 3.11+:
 #   make run    set up .venv (exact pins from envs/*.yaml), then run the default workflow
 #   make test   set up .venv, then lint and test
+#   make docs   build the documentation site offline into build/site (docs/, mkdocs.yml)
 # Offline: MIRROR=/path/to/folder laid out like shared/data (e.g. make run MIRROR=../shared/data).
 
 PYTHON ?= python3
@@ -12,7 +13,7 @@ SNAKEMAKE_ARGS ?=
 ENVS := envs/model.yaml envs/plots.yaml envs/workflow.yaml
 MIRROR_CONFIG := $(if $(MIRROR),--config mirror=$(abspath $(MIRROR)),)
 
-.PHONY: venv run test test-slurm lint report clean-venv
+.PHONY: venv run test test-slurm lint report docs clean-venv
 
 venv: $(VENV)/.installed
 
@@ -52,6 +53,12 @@ lint: venv
 
 test: lint
 	ATTNSCOPE_MIRROR=$(abspath $(or $(MIRROR),../shared/data)) $(BIN)/pytest
+
+# The documentation site, offline, into build/site (open build/site/index.html): docs/ plus the
+# pages tools/docs_pages.py generates from the schema, the registry and the output declarations.
+# --strict: a warning or a broken internal link fails the build (tests/test_docs.py runs it too).
+docs: venv
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # The workflow through profiles/slurm on a throwaway one-node SLURM cluster (slurm-wlm + munge,
 # root; skipped with a how-to otherwise). `make test` runs it too when SLURM is installed.

@@ -6,7 +6,7 @@ Usage: python tools/compare_results.py BEFORE AFTER [--rtol R] [--residual-bound
 With --rtol 0 (the default) TSVs compare as bytes (gzip-compressed ones after decompression:
 the gzip header holds a time stamp) and HDF5 datasets value for value (NaN equals NaN). With
 --rtol R > 0, a float column of a TSV or a float dataset of an HDF5 file may differ by R times
-its largest magnitude (the README's reproducibility promise across thread counts, devices and
+its largest magnitude (docs/clusters.md's reproducibility promise across thread counts, devices and
 machines); text, integer columns and the shapes must still be equal. A bfloat16 dataset (uint16
 bits with the attribute `encoding = bfloat16`, see attnscope.core.store) compares as the values
 its bits stand for. JSON manifests compare as parsed objects, HDF5 attributes as text.

@@ -1,4 +1,4 @@
-"""Parity with the `transformers` forward, as a table (README *Parity with transformers*;
+"""Parity with the `transformers` forward, as a table (docs/parity.md;
 tests/test_parity.py holds its bounds).
 
 For every supported architecture (a tiny random model with its language-model head, built as
