@@ -440,19 +440,15 @@ def test_a_tokenizer_that_does_not_fit_the_text_stops_the_corpus(tmp_path, minil
     assert not (corpus.input_ids == minilm.unk_token_id).any()
 
 
-def test_every_kind_is_in_the_schema_and_the_readme():
-    """The registry is the list of kinds: the schema's enum and README's tables follow it."""
+def test_every_kind_is_in_the_schema():
+    """The registry is the list of kinds: the schema's enum follows it (the docs' tables are
+    checked by tests/test_docs.py)."""
     schema = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())
     corpus = schema["properties"]["corpora"]["additionalProperties"]
     assert corpus["properties"]["kind"]["enum"] == list(KINDS)
     for kind in KINDS.values():
         if kind.own_setting:
             assert kind.own_setting in corpus["properties"]
-    readme = (ROOT / "README.md").read_text()
-    corpora_table = readme.split("### Corpora", 1)[1].split("\n\n", 2)[1]
-    assert [row.split("`")[1] for row in corpora_table.splitlines()[2:]] == list(KINDS)
-    (kind_row,) = [row for row in readme.splitlines() if row.startswith("| `corpora.<name>.kind`")]
-    assert all(f"`{kind}`" in kind_row for kind in KINDS)
 
 
 def test_a_kind_reads_its_own_setting():

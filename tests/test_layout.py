@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from attnscope.pipeline.outputs import families, figure_paths
+from attnscope.pipeline.outputs import families
 
 ROOT = Path(__file__).parents[1]
 ARCHITECTURES = ROOT / "scripts" / "attnscope" / "architectures"
@@ -93,16 +93,6 @@ def test_family_figures_match_their_declaration(name):
         caption = ROOT / "report" / name / f"{figure.name}.rst"
         assert caption.is_file() and caption.read_text().strip(), caption
     assert (ROOT / "rules" / f"{name}.smk").read_text().count(f"rule {name}:\n") == 1
-
-
-@pytest.mark.parametrize("name", sorted(FAMILIES))
-def test_readme_lists_every_declared_output(name):
-    readme = (ROOT / "README.md").read_text()
-    family = FAMILIES[name]
-    files = [file for files in family.tables.values() for file in files]
-    files += [Path(p).name.split(".")[0] for f in family.figures for p in figure_paths(family, f)]
-    missing = [file for file in files if file.split(".")[0] not in readme]
-    assert missing == []
 
 
 def test_plots_modules_import_without_torch():

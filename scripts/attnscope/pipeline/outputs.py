@@ -4,7 +4,7 @@ A family's `analyses/<family>/outputs.py` defines `FAMILY = Family(...)`. From t
 declaration follow the rule outputs (rules ask `table()` for a declared path), the figure rules
 (`<family>_figure_<figure>`, drawn by the function `<figure>` of `analyses/<family>/plots.py`),
 the report entries (caption `report/<family>/<figure>.rst`), the targets of `rule all` and of
-`snakemake <family>`, and the check that the README lists every output.
+`snakemake <family>`, and the check that the docs list every output (tests/test_docs.py).
 
 Scopes, with where their files go:
     corpus  results/{model}/{corpus}/<family>/<table>   one model on one corpus

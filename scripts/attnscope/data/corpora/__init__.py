@@ -20,7 +20,8 @@ meta then holds "masked" (positions) and "masked_ids" (the original ids, e.g. ML
 Each kind's reading and decisions are in the module named like it (wiki, wiki512, ewt, gap,
 clark, texts); `layout` holds what they share. Adding a kind: a module here with
 `read(files, pieces, settings)`, its entry in `KINDS`, and its block in config/schema.yaml
-(the `kind` enum) and in README's Corpora table (tests/test_corpora.py checks both).
+(the `kind` enum) and in the Corpora table of docs/configuration.md (tests/test_corpora.py and
+tests/test_docs.py check them).
 
 This module stays light (the workflow reads `KINDS` when it parses the Snakefile, without
 numpy): readers and the layout engine are imported when a corpus is built.
