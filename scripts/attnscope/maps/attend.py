@@ -31,8 +31,8 @@ rebuilt logit minus log alpha). Each carried residual state is checked against t
 A relative residual above the bound raises `checks.CheckError`.
 
 Shapes: one sequence without padding, n tokens; components are carried as parts [C, n, d]
-plus a bias [n, d]. Memory: terms hold n^2 C^2 numbers (SmolLM2, 30 layers x 9 heads,
-n = 20: 302 components, 146 MB in float32).
+plus a bias [n, d]. Memory: terms hold n^2 C^2 numbers (SmolLM2's last layer reads
+29 x (9 heads + FF) + embed + bias = 292 components: at n = 20, 136 MB in float32).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ from attnscope.core.canonical import (
     CanonicalModel,
     MixtureOfExperts,
 )
-from attnscope.core.checks import require
+from attnscope.core.checks import require, residual
 
 BIAS = "bias"
 
@@ -69,8 +69,9 @@ class Attend:
     terms [n, n, C, C]: query-side component c x key-side component c'; terms.sum((-1, -2))
     is `logits` to rounding. components: the C names, the same order on both sides, `bias`
     last. tokens: the n pieces (`attnscope.attend`). residuals: the relative residual of
-    every check ("terms vs logits", "logits vs module", "state {m}" per carried layer
-    input); check: the largest of them."""
+    every check: "terms vs logits" (max |difference| / max |logits|), "logits vs module"
+    (`_module_residual`), "state {m}" per carried layer input (the largest per-token
+    ||difference|| / ||state||, as `checks.residual`); check: the largest of them."""
 
     layer: int  # 1-based
     head: int  # 1-based
@@ -187,9 +188,9 @@ def layer_split(state: _Split, X: torch.Tensor, mask: torch.Tensor, layer, m: in
     heads = _head_outputs(X, mask, layer, m)
     y = heads.total()
     if layer.pre_ln:
-        residual = state.joined(heads)
+        stream = state.joined(heads)
         ff_in = through(layer.ln_ff, X if layer.parallel else X + y)
-        return residual.joined(_feed_forward(ff_in, layer, m))
+        return stream.joined(_feed_forward(ff_in, layer, m))
     h = state.joined(heads).normed(layer.ln_attn, X + y)
     ff_in = layer.ln_attn(X + y)
     out = h.joined(_feed_forward(ff_in, layer, m))
@@ -263,7 +264,7 @@ def attend_split(
         states = _recomputed(real[0], mask, weights, layer) if recompute else real
         state = embedding_split(weights, inputs, embed_parts)
         for m in range(layer + 1):
-            residuals[f"state {m}"] = relative(state.total(), real[m])
+            residuals[f"state {m}"] = residual(state.total()[None], real[m][None], mask)[1]
             if m < layer:
                 state = layer_split(state, states[m], mask, weights.layers[m], m)
         X = states[layer]
