@@ -169,3 +169,23 @@ def test_minilm_one_head_split_and_checked():
         attnscope.attend(minilm, text, layer=1, head=13)
     with pytest.raises(ValueError, match="layer 0 is not in 1..6"):
         attnscope.attend(minilm, text, layer=0, head=1)
+
+
+@pytest.mark.parametrize(("family", "n_bands"), [("llama", 4), ("gpt_neox", 3), ("gpt2", 1)])
+def test_the_rotary_bands_split_the_logits_and_the_terms(family, n_bands):
+    found = split(tiny_model(family), family, 1, dtype=torch.float64, recompute=True)
+    assert found.n_bands == n_bands  # d' 8: 4 turned pairs; NeoX turns half: 2 + the rest
+    torch.testing.assert_close(found.bands().sum(-1), found.logits, rtol=1e-12, atol=1e-12)
+    summed = sum(found.band_terms(b) for b in range(n_bands))
+    torch.testing.assert_close(summed, found.terms, rtol=1e-12, atol=1e-12)
+
+
+def test_a_constant_bias_meets_itself_by_offset_only_in_each_rotary_band():
+    """Layer 1 of a Llama with projection biases: the bias side of q and k is b_Q, b_K at
+    every position, so each band's bias x bias term depends on i - j alone (the rotation)."""
+    found = split(tiny_model("llama"), "llama", 0, dtype=torch.float64)
+    for b in range(found.n_bands):
+        term = found.band_terms(b)[:, :, -1, -1]
+        assert term.abs().max() > 0
+        torch.testing.assert_close(term[1:, 1:], term[:-1, :-1], rtol=1e-12, atol=1e-12)
+        assert not torch.allclose(term[0, 1:], term[0, :-1])  # but not constant: it turns

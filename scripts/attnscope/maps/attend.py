@@ -23,9 +23,11 @@ scale are linear too, so with q_i = sum_c q_i(c) and k_j = sum_c' k_j(c'):
 
     s_ij = scale q_i . k_j = sum_c sum_c' scale q_i(c) . k_j(c')          terms [n, n, C, C]
 
-exactly, before the mask and any soft-capping. The split is checked twice: the terms must
-rebuild the logits recomputed from the real layer input (`attention.queries_keys`), and those
-logits must give the module's own attention weights (`output_attentions`; a logit is known
+exactly, before the mask and any soft-capping. On request the split goes on over the rotary
+bands b (`Attend.bands`, `Attend.band_terms`; `canonical.rotary_bands` numbers them as the
+position family does): s_ij = sum_b scale q_i[band b] . k_j[band b]. The split is checked
+twice: the terms must rebuild the logits recomputed from the real layer input
+(`attention.queries_keys`), and those logits must give the module's own attention weights (`output_attentions`; a logit is known
 from them up to a constant per query row, so the check compares each row's spread of
 rebuilt logit minus log alpha). Each carried residual state is checked against the real one.
 A relative residual above the bound raises `checks.CheckError`.
@@ -55,6 +57,7 @@ from attnscope.core.canonical import (
     CanonicalLayerNorm,
     CanonicalModel,
     MixtureOfExperts,
+    rotary_bands,
 )
 from attnscope.core.checks import require, residual
 
@@ -79,11 +82,40 @@ class Attend:
     logits: torch.Tensor
     terms: torch.Tensor
     residuals: dict[str, float]
+    queries: torch.Tensor  # [C, n, d'] q_i(c) as the scores read them (normed, rotated)
+    keys: torch.Tensor  # [C, n, d'] k_j(c')
+    scale: float
+    band: torch.Tensor  # [d'] the rotary band of every head dimension (`rotary_bands`)
     tokens: list[str] | None = None  # the n pieces, where the caller knows them
 
     @property
     def check(self) -> float:
         return max(self.residuals.values())
+
+    @property
+    def n_bands(self) -> int:
+        """Rotary bands (0 = highest frequency; a partial-rotary head's unrotated dimensions
+        last); 1 for a head without rotation."""
+        return int(self.band.max()) + 1
+
+    def bands(self) -> torch.Tensor:
+        """The logits split by rotary band (summed over components): s^b_ij = scale
+        q_i[band b] . k_j[band b]; they sum over b to `logits`.  [n, n, bands]"""
+        q, k = self.queries.sum(0), self.keys.sum(0)
+        return (
+            torch.stack(
+                [q[:, self.band == b] @ k[:, self.band == b].T for b in range(self.n_bands)], -1
+            )
+            * self.scale
+        )
+
+    def band_terms(self, band: int) -> torch.Tensor:
+        """The terms of one rotary band: query component x key component.  [n, n, C, C]"""
+        keep = self.band == band
+        return (
+            torch.einsum("cie,dje->ijcd", self.queries[..., keep], self.keys[..., keep])
+            * self.scale
+        )
 
     def term(self, query: str, key: str) -> torch.Tensor:
         """The [n, n] term of one component pair, by name."""
@@ -281,7 +313,9 @@ def attend_split(
         residuals["logits vs module"] = _module_residual(
             module, inputs, logits, target, layer, head
         )
-    found = Attend(layer + 1, head + 1, [*state.names, BIAS], logits, terms, residuals)
+    band = rotary_bands(target.rotary, target.d_head).to(Q.device)
+    names = [*state.names, BIAS]
+    found = Attend(layer + 1, head + 1, names, logits, terms, residuals, Q, K, target.scale, band)
     for what, value in residuals.items():
         require(f"attend layer {layer + 1} head {head + 1}: {what}", value, bound)
     return found
