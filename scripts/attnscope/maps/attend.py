@@ -27,10 +27,11 @@ exactly, before the mask and any soft-capping. On request the split goes on over
 bands b (`Attend.bands`, `Attend.band_terms`; `canonical.rotary_bands` numbers them as the
 position family does): s_ij = sum_b scale q_i[band b] . k_j[band b]. The split is checked
 twice: the terms must rebuild the logits recomputed from the real layer input
-(`attention.queries_keys`), and those logits must give the module's own attention weights (`output_attentions`; a logit is known
-from them up to a constant per query row, so the check compares each row's spread of
-rebuilt logit minus log alpha). Each carried residual state is checked against the real one.
-A relative residual above the bound raises `checks.CheckError`.
+(`attention.queries_keys`), and those logits must give the module's own attention weights
+(`output_attentions`; a logit is known from them up to a constant per query row, so the
+check compares each row's spread of rebuilt logit minus log alpha). Each carried residual
+state is checked against the real one. A relative residual above the bound raises
+`checks.CheckError`.
 
 Shapes: one sequence without padding, n tokens; components are carried as parts [C, n, d]
 plus a bias [n, d]. Memory: terms hold n^2 C^2 numbers (SmolLM2's last layer reads
