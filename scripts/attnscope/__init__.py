@@ -9,13 +9,14 @@ in a notebook (`attnscope.api`):
     attnscope.decompose(model, ["The cat sat.", "It slept."]).maps["AttnResLnFf"]
     attnscope.norms(model, "The cat sat.").summed     # [L, n, n]
     attnscope.head_statistics(model, ["The cat sat.", "A dog ran."])
+    attnscope.attend(model, "The cat sat.", layer=3, head=5).terms   # [n, n, C, C]
 
 The API is imported on first use, so that `import attnscope.core...` in a rule stays light.
 """
 
 __version__ = "0.1.0"
 
-API = ("load", "view", "decompose", "norms", "head_statistics", "states")
+API = ("load", "view", "decompose", "norms", "head_statistics", "states", "attend")
 __all__ = [*API, "__version__"]
 
 

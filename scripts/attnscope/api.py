@@ -13,7 +13,7 @@ stay whole), at most the model's positions long (a longer one is refused). Each 
 encodes its texts and extracts their hidden states into a temporary store, then runs the same
 code as the rules on it:
 `analyses/views/payload.sequence_page`, `maps/layer_maps.layer_scope_maps`,
-`maps/propagation.propagate`, `maps/head_norms` and `analyses/weights/statistics`.
+`maps/propagation.propagate`, `maps/head_norms`, `maps/attend` and `analyses/weights/statistics`.
 Layers are 1-based in tables and 0-based as the first axis of arrays.
 """
 
@@ -48,6 +48,7 @@ from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates, write_encoded
 from attnscope.core.tokens import piece_labels
 from attnscope.data.corpora import encode_corpus
+from attnscope.maps.attend import Attend, attend_split
 from attnscope.maps.head_norms import head_summed_norms
 from attnscope.maps.layer_maps import layer_scope_maps
 from attnscope.maps.prediction import Prediction
@@ -365,6 +366,45 @@ def norms(model: Model | str | Path, text: str | list[str]) -> Norms:
     return Norms(tokens, **{k: torch.stack(v).cpu().numpy() for k, v in out.items()})
 
 
+def attend(
+    model: Model | str | Path,
+    text: str | list[str],
+    *,
+    layer: int,
+    head: int,
+    embed_parts: bool = True,
+) -> Attend:
+    """Why head `head` of layer `layer` (both 1-based) attends where it does on one text: its
+    pre-softmax logits [n, n] (with the model's scale, before the mask and soft-capping)
+    split exactly into query-side component x key-side component terms [n, n, C, C]
+    (`maps.attend`): `components` names them (`embed` or `embed.word` / `embed.position` /
+    `embed.type` where `embed_parts` and the model learns them, `L3.H5`, `L3.FF`, `bias`).
+    The split is checked against the module (above 1e-4 relative: `checks.CheckError`)."""
+    model = _loaded(model)
+    weights = model.weights
+    if not 1 <= layer <= weights.n_layers:
+        raise ValueError(f"layer {layer} is not in 1..{weights.n_layers} (layers are 1-based)")
+    if not 1 <= head <= weights.n_heads:
+        raise ValueError(f"head {head} is not in 1..{weights.n_heads} (heads are 1-based)")
+    settings = {"texts": [text if isinstance(text, str) else list(text)], "max_length": sys.maxsize}
+    corpus = encode_corpus("texts", [], model.tokenizer, settings)
+    if corpus.input_ids.shape[1] > model.max_positions:
+        raise ValueError(
+            f"the text is {corpus.input_ids.shape[1]} pieces (special tokens included), more "
+            f"than the {model.max_positions} positions the model in {model.path} takes"
+        )
+    arrays = {
+        key: torch.from_numpy(getattr(corpus, key).astype(np.int64)).to(model.device)
+        for key in ("input_ids", "attention_mask", "token_type_ids")
+    }
+    inputs = architecture(weights.model_type).model_inputs(model.module, **arrays)
+    found = attend_split(
+        model.module, weights, inputs, layer - 1, head - 1, embed_parts, MAX_RELATIVE_RESIDUAL
+    )
+    found.tokens = model.tokens(corpus.input_ids[0])
+    return found
+
+
 def head_statistics(
     model: Model | str | Path, texts: list, batch_size: int = 8
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -378,10 +418,12 @@ def head_statistics(
 
 
 __all__ = [
+    "Attend",
     "Decomposition",
     "Model",
     "Norms",
     "View",
+    "attend",
     "decompose",
     "head_statistics",
     "load",

@@ -107,6 +107,21 @@ class Rotary:
         return torch.cat([turned * cos + self.partner(turned) * sin, kept], dim=-1)
 
 
+def rotary_bands(rotary: Rotary | None, d_head: int) -> torch.Tensor:
+    """The band of every head dimension: b for the pair turned by inv_freq[b], dims / 2 for
+    the unrotated dimensions of a partial-rotary head (0 for all where `rotary` is None).
+    [d_head] int64"""
+    import torch
+
+    if rotary is None:
+        return torch.zeros(d_head, dtype=torch.long)
+    half = rotary.dims // 2
+    band = torch.full((d_head,), half, dtype=torch.long)
+    turned = torch.arange(half)
+    band[: rotary.dims] = turned.repeat_interleave(2) if rotary.interleaved else turned.repeat(2)
+    return band
+
+
 @dataclass(frozen=True)
 class Linearised:
     """A feed-forward block linearised around one batch by Integrated Gradients: for parts

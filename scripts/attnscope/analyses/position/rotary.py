@@ -41,7 +41,7 @@ import pandas as pd
 import torch
 
 from attnscope.core.attention import layer_visible_pairs, queries_keys
-from attnscope.core.canonical import CanonicalLayer, CanonicalModel, Rotary
+from attnscope.core.canonical import CanonicalLayer, CanonicalModel, Rotary, rotary_bands
 from attnscope.core.store import HiddenStates
 from attnscope.core.tables import index_grid
 
@@ -50,16 +50,8 @@ BOUND = 1e-5  # largest relative residual of the band sum against the logits (fl
 
 
 def bands(rotary: Rotary | None, d_head: int) -> torch.Tensor:
-    """The band of every head dimension: b for the pair turned by inv_freq[b], dims / 2 for
-    the unrotated dimensions of a partial-rotary head (0 for all where `rotary` is None).
-    [d_head] int64"""
-    if rotary is None:
-        return torch.zeros(d_head, dtype=torch.long)
-    half = rotary.dims // 2
-    band = torch.full((d_head,), half, dtype=torch.long)
-    turned = torch.arange(half)
-    band[: rotary.dims] = turned.repeat_interleave(2) if rotary.interleaved else turned.repeat(2)
-    return band
+    """The band of every head dimension (`canonical.rotary_bands`).  [d_head] int64"""
+    return rotary_bands(rotary, d_head)
 
 
 def n_bands(rotary: Rotary | None, d_head: int) -> int:
