@@ -1,0 +1,60 @@
+"""tools/findings.py: the README's findings lines come from the run's tables (constructed here
+with known values)."""
+
+import importlib.util
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).parents[1]
+
+
+def load_tool():
+    spec = importlib.util.spec_from_file_location("findings", ROOT / "tools" / "findings.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write(results: Path, corpus: str, family: str, name: str, rows: dict) -> None:
+    folder = results / "m" / corpus / family
+    folder.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(rows).to_csv(folder / f"{name}.tsv", sep="\t", index=False)
+
+
+def test_the_lines_state_what_the_tables_hold(tmp_path):
+    findings = load_tool()
+    write(tmp_path, "wiki", "norms", "sink_epsilon", {
+        "layer": ["1", "2", "all"], "sink_share": [0.0, 1.0, 0.5],
+        "sink_share_control": [0.0, 0.25, 0.125], "n_heads": [4, 4, 8],
+        "epsilon": 0.3, "positions": 64,
+    })  # fmt: skip
+    write(tmp_path, "wiki", "norms", "sink_kobayashi", {
+        "layer": ["1", "2", "all"], "alpha_first": [0.1, 0.9, 0.5],
+        "norm_share": [0.05, 0.2, 0.125], "norm_over_alpha": [0.5, 0.22, 0.25],
+    })  # fmt: skip
+    write(tmp_path, "wiki", "norms", "massive_dimensions", {
+        "state": [3, 4, 4], "dim": [7, 7, 2], "sequence": [0, 0, 1], "position": [0, 0, 0],
+        "piece": ["<s>"] * 3, "value": [-250.0, 1200.0, 130.0],
+    })  # fmt: skip
+    write(tmp_path, "wiki", "norms", "massive_intervention", {
+        "variant": ["unmodified", "zeroed", "mean"], "state": 3, "n_entries": 1, "dims": "7",
+        "n_predictions": 10, "loss": [3.0, 9.5, 3.01], "loss_difference": [0, 6.5, 0.01],
+    })  # fmt: skip
+    write(tmp_path, "wiki512", "position", "rotary_bands", {
+        "layer": [1, 1, 2, 2], "head": 1, "band": [0, 1, 0, 1],
+        "positional_share": [0.2, 0.6, 0.4, 0.8],
+    })  # fmt: skip
+    lines = findings.findings(tmp_path, "m")
+    assert lines[0].startswith("Sink^ε (Gu et al., ε = 0.3, first 64 positions): 50% of the 8")
+    assert lines[0].endswith("12% on the repeated-token control")
+    assert lines[1].endswith("L1 0.10, L2 0.90") and lines[2].endswith("L1 0.05, L2 0.20")
+    assert "7 (up to 1,200), 2 (up to 130)" not in lines[3]  # dims in ascending order
+    assert "2 (up to 130), 7 (up to 1,200), from hidden state 3 on, at 2 (sequence" in lines[3]
+    assert lines[4].endswith("unmodified 3.000, zeroed 9.500, set to their mean 3.010")
+    assert lines[5].endswith("band 1 (0.70), band 0 (0.30)")
+    assert len(lines) == 6  # no mixing table: no mixing line
+
+
+def test_a_run_without_the_tables_finds_nothing_to_say(tmp_path):
+    assert load_tool().findings(tmp_path, "m") == []

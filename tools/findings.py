@@ -1,0 +1,128 @@
+"""What a run finds, in a few lines per model, read from the run's own tables.
+
+    .venv/bin/python tools/findings.py [results] [--model smollm2-135m]
+
+Prints Markdown bullets (the README's "What the default run finds" is this output for the
+default run): the attention-sink card (Sink^eps with its control, the first position's weight
+and norm share by depth, Sun et al.'s massive dimensions and the intervention's losses), the
+most positional rotary bands and the mixing ratio by depth. A table the run did not make (a
+family switched off, an encoder without rotary bands) is left out of the lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+CORPORA = {"norms": "wiki", "position": "wiki512", "mixing": "wiki_masked"}
+
+
+def table(results: Path, model: str, family: str, name: str) -> pd.DataFrame | None:
+    """results/<model>/<corpus>/<family>/<name>.tsv of the default corpus, or None."""
+    path = results / model / CORPORA[family] / family / f"{name}.tsv"
+    return pd.read_csv(path, sep="\t") if path.exists() else None
+
+
+def by_depth(values: pd.Series, every: int) -> str:
+    """'L1 0.12, L5 0.80, ...': every `every`-th layer and the last, two decimals."""
+    layers = [k for k in values.index if (k - 1) % every == 0 or k == values.index.max()]
+    return ", ".join(f"L{k} {values[k]:.2f}" for k in layers)
+
+
+def sink_lines(results: Path, model: str) -> list[str]:
+    lines = []
+    epsilon = table(results, model, "norms", "sink_epsilon")
+    if epsilon is not None:
+        total = epsilon[epsilon["layer"].astype(str) == "all"].iloc[0]
+        lines.append(
+            f"Sink^ε (Gu et al., ε = {total['epsilon']:g}, first {total['positions']} "
+            f"positions): {100 * total['sink_share']:.0f}% of the {total['n_heads']} heads; "
+            f"{100 * total['sink_share_control']:.0f}% on the repeated-token control"
+        )
+    share = table(results, model, "norms", "sink_kobayashi")
+    if share is not None:
+        per_layer = share[share["layer"].astype(str) != "all"].copy()
+        per_layer["layer"] = per_layer["layer"].astype(int)
+        per_layer = per_layer.set_index("layer")
+        every = max(1, len(per_layer) // 6)
+        lines.append(
+            "weight on the first position, mean over heads and query rows: "
+            + by_depth(per_layer["alpha_first"], every)
+        )
+        lines.append(
+            "its share of Σ‖αf(x)‖ (Kobayashi's view): " + by_depth(per_layer["norm_share"], every)
+        )
+    massive = table(results, model, "norms", "massive_dimensions")
+    if massive is not None and len(massive):
+        dims = massive.groupby("dim")["value"].apply(lambda v: v.abs().max())
+        first = int(massive["state"].min())
+        lines.append(
+            f"massive dimensions (Sun et al.: |x| > 100 and ≥ 1000× the state's median): "
+            f"{', '.join(f'{d} (up to {v:,.0f})' for d, v in dims.items())}, from hidden state "
+            f"{first} on, at {massive[['sequence', 'position']].drop_duplicates().shape[0]} "
+            f"(sequence, position) pairs"
+        )
+    elif massive is not None:
+        lines.append("massive dimensions (Sun et al.): none")
+    intervention = table(results, model, "norms", "massive_intervention")
+    if intervention is not None and "loss" in intervention and len(intervention):
+        loss = intervention.set_index("variant")["loss"]
+        lines.append(
+            "next-token loss with the massive entries set at state "
+            f"{int(intervention['state'].iloc[0])}: unmodified {loss['unmodified']:.3f}, "
+            f"zeroed {loss['zeroed']:.3f}, set to their mean {loss['mean']:.3f}"
+        )
+    return lines
+
+
+def position_lines(results: Path, model: str) -> list[str]:
+    bands = table(results, model, "position", "rotary_bands")
+    if bands is None or not len(bands):
+        return []
+    share = bands.groupby("band")["positional_share"].mean().sort_values(ascending=False)
+    top = ", ".join(f"band {b} ({s:.2f})" for b, s in share.head(3).items())
+    return [
+        f"most positional rotary bands (R² of the band's score on i − j, mean over heads): {top}"
+    ]
+
+
+def mixing_lines(results: Path, model: str) -> list[str]:
+    ratio = table(results, model, "mixing", "mixing_ratio")
+    if ratio is None:
+        return []
+    per_layer = ratio[ratio["layer"].astype(str) != "all"].copy()
+    per_layer["layer"] = per_layer["layer"].astype(int)
+    lines = []
+    for scope in ("AttnRes", "AttnResLnFfResLn"):
+        rows = per_layer[per_layer["scope"] == scope].set_index("layer")["mean"] * 100
+        if len(rows):
+            every = max(1, len(rows) // 6)
+            lines.append(f"mixing ratio (%) of {scope} by layer: " + by_depth(rows, every))
+    return lines
+
+
+def findings(results: Path, model: str) -> list[str]:
+    return (
+        sink_lines(results, model) + position_lines(results, model) + mixing_lines(results, model)
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results", nargs="?", default="results", type=Path)
+    parser.add_argument("--model", action="append", help="a model of the run (default: every)")
+    args = parser.parse_args()
+    models = args.model or sorted(
+        p.name for p in args.results.iterdir() if (p / "model" / "manifest.json").exists()
+    )
+    for model in models:
+        print(f"**{model}**\n")
+        for line in findings(args.results, model):
+            print(f"- {line}")
+        print()
+
+
+if __name__ == "__main__":
+    main()
