@@ -3,6 +3,8 @@ the file was written from, recorded in the manifest, and refused by name when da
 architecture attnscope lacks."""
 
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -80,6 +82,29 @@ def test_a_source_path_gguf_is_checked_from_its_metadata_then_dequantised_once(
     spec = {"source": "path", "path": str(path.with_name("copy.gguf"))}
     assert local_model_folder("m", spec) is None  # another GGUF: the folder is not current
     assert build_manifest("m", spec)["gguf"]["sha256"] != manifest["gguf"]["sha256"]
+
+
+def test_two_dequantisations_into_one_folder_at_once_both_succeed(tiny_gguf, tmp_path):
+    """Two users of one cache (two test workers, two notebooks) dequantise the same GGUF into
+    the same folder at the same time: each builds its own partial folder, both get the
+    record, and one whole folder is left, with no partial beside it."""
+    path, _ = tiny_gguf
+    folder = tmp_path / "cache" / "tiny"
+    start = threading.Barrier(2)
+
+    def dequantise():
+        start.wait()
+        return gguf.dequantise(path, folder)
+
+    with ThreadPoolExecutor(2) as pool:
+        records = [f.result() for f in [pool.submit(dequantise) for _ in range(2)]]
+    assert records[0]["sha256"] == records[1]["sha256"] == gguf.source_record(path)["sha256"]
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["tiny"]
+    assert gguf.read_record(folder)["sha256"] == records[0]["sha256"]
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
+        p.name for p in folder.iterdir()
+    }
+    assert gguf.dequantise(path, folder) == gguf.read_record(folder)  # current: reused
 
 
 def test_a_truncated_gguf_is_named(tiny_gguf, tmp_path):
