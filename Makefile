@@ -12,6 +12,11 @@ MIRROR ?=
 SNAKEMAKE_ARGS ?=
 ENVS := envs/model.yaml envs/plots.yaml envs/workflow.yaml
 MIRROR_CONFIG := $(if $(MIRROR),--config mirror=$(abspath $(MIRROR)),)
+# pytest processes for `make test` (pytest-xdist). 2, not -n auto: each worker holds torch and
+# starts Snakemake runs of 2 cores of their own, and the tests sharing a built workflow run
+# (one xdist_group each, tests/conftest.py) stay on one worker, so more workers than the
+# slowest group needs buy little and cost memory on a big machine.
+TEST_WORKERS ?= 2
 
 .PHONY: venv run test test-slurm lint report docs clean-venv
 
@@ -52,7 +57,8 @@ lint: venv
 	$(VENV)/cff/bin/cffconvert --validate --infile CITATION.cff
 
 test: lint
-	ATTNSCOPE_MIRROR=$(abspath $(or $(MIRROR),../shared/data)) $(BIN)/pytest
+	ATTNSCOPE_MIRROR=$(abspath $(or $(MIRROR),../shared/data)) $(BIN)/pytest \
+		-n $(TEST_WORKERS) --dist loadgroup
 
 # The documentation site, offline, into build/site (open build/site/index.html): docs/ plus the
 # pages tools/docs_pages.py generates from the schema, the registry and the output declarations.

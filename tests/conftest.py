@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -156,6 +157,42 @@ def tiny_batch(family: str, batch: int = 3, length: int = 12, seed: int = 1):
         mask[b, length - 2 * b :] = 0
     ids = ids.masked_fill(mask == 0, 1 if family == "roberta" else 0)
     return ids, mask
+
+
+# ---- running in parallel (make test: pytest -n 2 --dist loadgroup) ------------------------
+
+# Module-scoped fixtures too costly to build on both workers: every test using one joins its
+# xdist_group, so it runs on the worker that built it. A test using two joins the first's.
+SHARED_FIXTURES = ("tiny_run", "decoder_run", "executed", "tiny_gguf", "cluster")
+
+
+def pytest_itemcollected(item):
+    """(At collection, before xdist reads the groups from the markers.)"""
+    names = getattr(item, "fixturenames", ())
+    shared = next((name for name in SHARED_FIXTURES if name in names), None)
+    if shared is not None:
+        item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}.{shared}"))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """xdist's loadgroup finds a test's group in its node id ("<id>@<group>"), which xdist
+    3.8.0 writes into `Item._nodeid`; pytest 9.2 keeps the id in `Item._id` and never reads
+    that, so every group would be scattered over the workers (pytest-xdist issue #1386). Where
+    a grouped test's id lacks its group, it is written here the way xdist writes it."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    for item in items:
+        groups = sorted({str(m.args[0]) for m in item.iter_markers("xdist_group") if m.args})
+        if groups and "@" not in item.nodeid and hasattr(item, "_id"):
+            item._id = type(item._id).parse(f"{item.nodeid}@{'_'.join(groups)}")
+
+
+def pytest_configure(config):
+    """Under xdist, ATTNSCOPE_TEST_THREADS torch threads per worker (1 unless set): the
+    workers already keep the cores busy."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch.set_num_threads(int(os.environ.get("ATTNSCOPE_TEST_THREADS", "1")))
 
 
 CLASSIC = ("bert", "roberta", "electra", "gpt2")  # learned positions, LayerNorm, plain FF

@@ -3,6 +3,7 @@ the same results as the models' own outputs, from the installed package and from
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -236,7 +237,11 @@ def test_a_wheel_installs_a_package_that_works_in_a_fresh_venv(tmp_path):
         "print(len(attnscope.view(attnscope.load(), 'The cat sat.').html))"
     )
     python = fresh / "bin" / "python"
-    done = subprocess.run([python, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    # no PYTHONPATH (a worktree's scripts/ set for the tests): the fresh venv's own attnscope
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    done = subprocess.run(
+        [python, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     where, size = done.stdout.split()[-2:]
     assert Path(where).is_relative_to(site) and int(size) > 10_000

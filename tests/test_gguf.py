@@ -3,6 +3,9 @@ the file was written from, recorded in the manifest, and refused by name when da
 architecture attnscope lacks."""
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -80,6 +83,54 @@ def test_a_source_path_gguf_is_checked_from_its_metadata_then_dequantised_once(
     spec = {"source": "path", "path": str(path.with_name("copy.gguf"))}
     assert local_model_folder("m", spec) is None  # another GGUF: the folder is not current
     assert build_manifest("m", spec)["gguf"]["sha256"] != manifest["gguf"]["sha256"]
+
+
+# One user of a cache, in ROUNDS rounds: says it is ready, waits for the word, dequantises the
+# GGUF into round k's folder and prints the record.
+ROUNDS = 3
+DEQUANTISE = f"""
+import json, sys, time
+from pathlib import Path
+from attnscope.pipeline import gguf
+gguf_file, root, user = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+for k in range({ROUNDS}):
+    (root / f"ready-{{user}}-{{k}}").touch()
+    while not (root / f"go-{{k}}").exists():
+        time.sleep(0.01)
+    print(json.dumps(gguf.dequantise(gguf_file, root / f"cache-{{k}}" / "tiny")), flush=True)
+"""
+
+
+def test_two_dequantisations_into_one_folder_at_once_both_succeed(tiny_gguf, tmp_path):
+    """Two processes using one cache (two test workers, two notebooks) dequantise the same
+    GGUF into the same folder at the same moment (3 times): each builds its own partial
+    folder, both get the record, and one whole folder is left, with no partial beside it."""
+    path, _ = tiny_gguf
+    command = [sys.executable, "-c", DEQUANTISE, str(path), str(tmp_path)]
+    users = [
+        subprocess.Popen([*command, str(user)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for user in range(2)
+    ]
+    deadline = time.time() + 600
+    for k in range(ROUNDS):
+        while not all((tmp_path / f"ready-{user}-{k}").exists() for user in range(2)):
+            if time.time() > deadline or any(u.poll() is not None for u in users):
+                break
+            time.sleep(0.02)
+        (tmp_path / f"go-{k}").touch()
+    done = [user.communicate(timeout=600) for user in users]
+    assert [u.returncode for u in users] == [0, 0], [err.decode()[-3000:] for _, err in done]
+    sha256 = gguf.source_record(path)["sha256"]
+    for k in range(ROUNDS):
+        records = [json.loads(out.decode().splitlines()[k]) for out, _ in done]
+        assert records[0]["sha256"] == records[1]["sha256"] == sha256
+        folder = tmp_path / f"cache-{k}" / "tiny"
+        assert sorted(p.name for p in folder.parent.iterdir()) == ["tiny"]
+        assert gguf.read_record(folder)["sha256"] == sha256
+        assert {"config.json", "model.safetensors", "tokenizer.json"} <= {
+            p.name for p in folder.iterdir()
+        }
+        assert gguf.dequantise(path, folder) == gguf.read_record(folder)  # current: reused
 
 
 def test_a_truncated_gguf_is_named(tiny_gguf, tmp_path):

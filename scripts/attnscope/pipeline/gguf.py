@@ -14,6 +14,7 @@ import functools
 import importlib.metadata
 import json
 import shutil
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -111,19 +112,38 @@ def is_current(folder: Path, path: Path) -> bool:
 def dequantise(path: Path, folder: Path) -> dict:
     """Write `folder` from the GGUF at `path` (unless it holds that GGUF's dequantisation
     already, by SHA-256) and return its source record. The folder appears whole or not at
-    all: it is built beside it and renamed."""
+    all: it is built beside it under a name of its own (`<folder>.partial-*`, so that two
+    processes making it at once never touch each other's) and renamed; when another process
+    made the same folder first, that one is kept."""
     record = source_record(path)
-    existing = read_record(folder)
     same = ("sha256", "versions")
-    if existing is not None and all(existing.get(k) == record[k] for k in same):
+
+    def current() -> dict | None:
+        existing = read_record(folder)
+        if existing is not None and all(existing.get(k) == record[k] for k in same):
+            return existing
+        return None
+
+    if (existing := current()) is not None:
         return existing
-    partial = folder.with_name(folder.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    _write_folder(path, partial)
-    record["mtime_ns"] = path.stat().st_mtime_ns
-    (partial / SOURCE_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True))
-    shutil.rmtree(folder, ignore_errors=True)
-    partial.rename(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f"{folder.name}.partial-", dir=folder.parent))
+    partial.chmod(0o755)  # a folder like any other, not mkdtemp's owner-only one
+    try:
+        _write_folder(path, partial)
+        record["mtime_ns"] = path.stat().st_mtime_ns
+        (partial / SOURCE_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True))
+        if (existing := current()) is not None:  # made meanwhile by another process
+            return existing
+        shutil.rmtree(folder, ignore_errors=True)  # another GGUF's, or a damaged one
+        try:
+            partial.rename(folder)
+        except OSError:  # another process renamed its folder there just now
+            if (existing := current()) is None:
+                raise
+            return existing
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
     return record
 
 
