@@ -249,11 +249,11 @@ def test_blocks_of_rows_give_the_naive_accumulators(monkeypatch, model_type, row
 
 def test_a_block_holds_at_most_chunk_scores():
     """rows_per_block keeps bands x rows x n within CHUNK (one row at least)."""
-    for bands, n in ((32, 512), (33, 4096), (1, 64), (32, 100_000)):
+    for bands, n in ((9 * 32, 512), (32 * 33, 4096), (1, 64), (32, 10**6)):
         rows = rotary.rows_per_block(bands, n)
         assert 1 <= rows <= rotary.MOST_ROWS
         assert bands * rows * n <= rotary.CHUNK or rows == 1
-    assert rotary.rows_per_block(32, 512) == 32
+    assert rotary.rows_per_block(9 * 32, 512) == 56
 
 
 def direct_statistics(store: HiddenStates, layer, l: int, t_max: int) -> dict:
@@ -316,7 +316,8 @@ def test_streaming_statistics_match_their_definitions(tmp_path, model_type):
             assert np.allclose(a[l], want[name], rtol=1e-5, atol=1e-6, equal_nan=True), (name, l)
     assert np.array_equal(twos.offset_count, threes.offset_count)
     assert (twos.residual < 1e-5).all()
-    assert np.allclose(np.nansum(twos.abs_share, axis=-1), 1.0, rtol=0, atol=1e-7)
+    # float32 sums within a block of rows, then float64: a few float32 ulps of 1
+    assert np.allclose(np.nansum(twos.abs_share, axis=-1), 1.0, rtol=0, atol=1e-6)
     assert ((twos.positional_share >= 0) & (twos.positional_share <= 1)).all()
     for l, layer in enumerate(weights.layers):
         counts = twos.offset_count[l]

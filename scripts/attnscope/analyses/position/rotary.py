@@ -121,13 +121,14 @@ def head_band_scores(X: torch.Tensor, layer: CanonicalLayer) -> Iterator[tuple[i
         yield h, (q_bands @ k_bands.transpose(-1, -2)) * layer.scale
 
 
-CHUNK = 2**19  # elements of one block of band scores [bands, rows, offsets] (2 MiB in float32)
+CHUNK = 2**23  # values in one block of band scores [heads, bands, rows, offsets] (32 MiB float32)
 MOST_ROWS = 64  # query rows per block at most: float32 sums over a block's rows stay short
 
 
-def rows_per_block(n_bands: int, n: int) -> int:
-    """Query rows per block of band scores: as many as CHUNK elements hold, 1 to MOST_ROWS."""
-    return min(MOST_ROWS, max(1, CHUNK // (n_bands * n)))
+def rows_per_block(head_bands: int, n: int) -> int:
+    """Query rows per block of scores of head_bands (heads x bands) rows of n keys: as many
+    as CHUNK values hold, 1 to MOST_ROWS."""
+    return min(MOST_ROWS, max(1, CHUNK // (head_bands * n)))
 
 
 def zero_before(t: torch.Tensor) -> torch.Tensor:
@@ -152,11 +153,13 @@ def by_offset(keys: torch.Tensor, first: int, rows: int, offsets: int) -> torch.
 
 def offset_logits(q_rows: torch.Tensor, keys: torch.Tensor, first: int, offsets: int):
     """q_i . k_j laid out as `by_offset`: one product with the keys the rows meet, then its
-    band of diagonals.  q_rows [r, d'] (queries first..), keys = `zero_before(k^T)` [d', 2n]
-    -> [r, offsets]"""
-    r, start = len(q_rows), keys.shape[-1] // 2 + first - offsets + 1
-    products = q_rows @ keys[:, start : start + r + offsets - 1]  # [r, r + offsets - 1]
-    return products.as_strided((r, offsets), (r + offsets, 1))
+    band of diagonals.  q_rows [..., r, d'] (queries first..), keys = `zero_before(k^T)`
+    [..., d', 2n] -> [..., r, offsets]"""
+    r, start = q_rows.shape[-2], keys.shape[-1] // 2 + first - offsets + 1
+    products = q_rows @ keys[..., start : start + r + offsets - 1]  # [..., r, r + offsets - 1]
+    return products.as_strided(
+        (*products.shape[:-1], offsets), (*products.stride()[:-2], r + offsets, 1)
+    )
 
 
 def band_widths(rotary: Rotary | None, d_head: int) -> list[int]:
@@ -205,9 +208,9 @@ class RotaryStatistics:
         zeroed = real[:, None, :, None]  # a padding token's scores are 0 in every band
         q_bands = by_band(q * zeroed, self.layer.rotary)  # [B, H, K, n, W]
         k_bands = by_band(k * zeroed, self.layer.rotary).transpose(-1, -2)  # [.., K, W, n]
-        B, n = mask.shape
-        rows = rows_per_block(self.n_bands, n)
-        buffer = q.new_empty(self.n_bands * rows * n)  # one block's scores, reused
+        (B, n), H, K = mask.shape, self.layer.n_heads, self.n_bands
+        rows = rows_per_block(H * K, n)
+        buffer = q.new_empty(H * K * rows * n)  # one block's scores, reused
         for i in range(B):
             keys, band_keys = zero_before(k[i].transpose(-1, -2)), zero_before(k_bands[i])
             real_keys = zero_before(real[i].to(q.dtype))
@@ -216,32 +219,33 @@ class RotaryStatistics:
                 T = min(first + r, self.layer.sliding_window or n)  # offsets 0..T - 1
                 visible = (by_offset(real_keys, first, r, T) > 0) & real[i, first : first + r, None]
                 self._add_offsets(self.counts, visible.sum(0))
-                block = buffer[: self.n_bands * r * T].view(self.n_bands, r, T)
-                for h in range(self.layer.n_heads):
-                    q_rows = q_bands[i, h, :, first : first + r]
-                    self._band_scores(q_rows, by_offset(band_keys[h], first, r, T), block)
-                    logits = offset_logits(q[i, h, first : first + r], keys[h], first, T)
-                    self._check(block.sum(0), logits, visible)
-                    self._update_block(h, block, visible)
+                block = buffer[: H * K * r * T].view(H, K, r, T)
+                q_rows = q_bands[i, :, :, first : first + r]
+                self._band_scores(q_rows, by_offset(band_keys, first, r, T), block)
+                logits = offset_logits(q[i, :, first : first + r], keys, first, T)
+                self._check(block.sum(1), logits, visible)
+                self._update_block(block, visible)
 
     def _band_scores(self, q_rows, key_rows, out) -> None:
-        """s^b[l, u] = q^b_i . k^b_j of every band into out [K, r, T]: q_rows [K, r, W],
-        key_rows [K, W, r, T] (`by_offset`)."""
-        torch.mul(key_rows[:, 0], q_rows[..., 0, None], out=out)
+        """s^b[l, u] = scale q^b_i . k^b_j of every head and band into out [H, K, r, T]:
+        q_rows [H, K, r, W] (scaled), key_rows [H, K, W, r, T] (`by_offset`)."""
+        torch.mul(key_rows[:, :, 0], q_rows[..., 0, None], out=out)
         for w in range(1, q_rows.shape[-1]):
             b = self.first_wide[w]  # narrower bands are zero in dimension w
-            out[b:].addcmul_(key_rows[b:, w], q_rows[b:, :, w, None])
+            out[:, b:].addcmul_(key_rows[:, b:, w], q_rows[:, b:, :, w, None])
 
-    def _update_block(self, h: int, scores: torch.Tensor, visible: torch.Tensor) -> None:
-        """Head h's statistics from a block of band scores [K, r, T] (column u: offset
-        t = T - 1 - u; taken to |s|, then s^2, in place), visible [r, T]."""
-        self._add_offsets(self.sums[h], scores.sum(1))
-        size = scores.abs_().sum(0)  # sum_b |s^b|  [r, T]
+    def _update_block(self, scores: torch.Tensor, visible: torch.Tensor) -> None:
+        """Every head's statistics from a block of band scores [H, K, r, T] (column u:
+        offset t = T - 1 - u; taken to |s|, then s^2, in place), visible [r, T]."""
+        H, K = scores.shape[:2]
+        self._add_offsets(self.sums, scores.sum(2))
+        size = scores.abs_().sum(1)  # sum_b |s^b|  [H, r, T]
         counted = visible & (size > 0)
-        self.share_pairs[h] += counted.sum()
+        self.share_pairs += counted.sum((1, 2))
         inverse = torch.where(counted, size, 1.0).reciprocal() * counted
-        self.share_sums[h] += (scores.view(len(scores), -1) @ inverse.reshape(-1)).double()
-        self._add_offsets(self.squares[h], scores.square_().sum(1))
+        shares = torch.bmm(scores.view(H, K, -1), inverse.reshape(H, -1, 1))  # [H, K, 1]
+        self.share_sums += shares[..., 0].double()
+        self._add_offsets(self.squares, scores.square_().sum(2))
 
     def _add_offsets(self, into: torch.Tensor, by_column: torch.Tensor) -> None:
         """Add per-offset sums [..., T] in a block's column order (offset T - 1 - u) to an
