@@ -22,19 +22,21 @@ them. A partial-rotary head has one more band, the last, holding all its unrotat
 - q_norm, k_norm: mean ||q^b||, ||k^b|| over real tokens (keys repeated per query head);
 - residual: max |sum_b s^b - q k^T scale| / max |q k^T scale| over the visible pairs.
 
-How: sequence by sequence, each head's scores are computed once per block of query rows i,
-every band at once, laid out by offset: s [bands, r, T] holds s^b for query i and key
-j = i - t, t = 0..T - 1 (T = min(the block's last row + 1, the sliding window): the causal
-pairs alone), read from a strided view of the keys (`by_offset`). The shares, the check and
-the per-offset sums and sums of squares come from that block: a per-offset sum is a sum over
-the block's rows (a column sum), so no loop runs over offsets. A block's sums over its rows
-are in X's dtype (at most MOST_ROWS terms), everything accumulated over blocks in float64.
+How: sequence by sequence, the scores are computed once per block of query rows i, every
+head and band at once, laid out by offset: s [heads, bands, r, T] holds s^b for query i and
+key j = i - t, t = 0..T - 1 (T = min(the block's last row + 1, the sliding window): the
+causal pairs alone), read from a strided view of the keys (`by_offset`). The shares, the
+check and the per-offset sums and sums of squares come from that block: a per-offset sum is a
+sum over the block's rows (a column sum), so no loop runs over offsets. A block's sums over
+its rows are in X's dtype (at most MOST_ROWS rows; the shares over r x T pairs), everything
+accumulated over blocks in float64.
 
 Memory: besides one batch's q, k and their copies by band ([B, H, n, d'] each, more where a
 narrow band is padded to the widest) and one sequence's keys after n zeros (twice its k),
-one block of scores, bands x r x T <= CHUNK = 2^19 values (2 MiB in float32) with
-r = `rows_per_block` (n = 512, 32 bands: r = 32), a few [r, T] per head, and one layer's
-accumulators [H, bands, length] in float64. No [bands, n, n] exists.
+one block of scores, heads x bands x r x T <= CHUNK = 2^23 values (32 MiB in float32, one
+[bands, n, n] of SmolLM2's 32 bands at n = 512; r = `rows_per_block`, 56 rows there), a few
+[heads, r, T], and one layer's accumulators [H, bands, length] in float64. Nothing of size
+[bands, n, n] exists beyond that block.
 
 Layers and heads are 1-based in the tables, bands 0-based.
 """
@@ -196,9 +198,9 @@ class RotaryStatistics:
 
     def update(self, X: torch.Tensor, mask: torch.Tensor) -> None:
         """Add one batch: X [B, n, d] the layer's input, mask [B, n] (1 = real token).
-        Sequence by sequence, block of query rows by block, head by head: each block's
-        scores are [bands, rows, offsets], offsets t = 0..T - 1 where T = min(the block's
-        last row + 1, the sliding window), the causal pairs alone."""
+        Sequence by sequence and block of query rows by block, every head at once: each
+        block's scores are [heads, bands, rows, offsets], offsets t = 0..T - 1 where
+        T = min(the block's last row + 1, the sliding window), the causal pairs alone."""
         q, k = queries_keys(X, self.layer)
         real = mask.bool()
         self.tokens += int(real.sum())
@@ -243,8 +245,9 @@ class RotaryStatistics:
         counted = visible & (size > 0)
         self.share_pairs += counted.sum((1, 2))
         inverse = torch.where(counted, size, 1.0).reciprocal() * counted
-        shares = torch.bmm(scores.view(H, K, -1), inverse.reshape(H, -1, 1))  # [H, K, 1]
-        self.share_sums += shares[..., 0].double()
+        pairs = inverse.reshape(H, -1)  # a product per head: faster than one bmm on CPU
+        shares = torch.stack([scores[h].view(K, -1) @ pairs[h] for h in range(H)])  # [H, K]
+        self.share_sums += shares.double()
         self._add_offsets(self.squares, scores.square_().sum(2))
 
     def _add_offsets(self, into: torch.Tensor, by_column: torch.Tensor) -> None:
