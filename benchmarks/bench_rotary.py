@@ -10,12 +10,15 @@ old  the pre-change `RotaryStatistics.update`, kept here only for this compariso
      every band's [B, n, n] scores computed twice (the shares need sum_b |s^b| first), about
      a dozen elementwise passes per band, and the per-offset sums by index_add_ over all
      n^2 pairs in float64
-new  `rotary.RotaryStatistics`: each head's bands once per block of query rows, all bands
-     in one batched product, the per-offset sums along the block's diagonals
+new  `rotary.RotaryStatistics`: the scores once per block of query rows, every head and band
+     at once, laid out by offset (the causal pairs alone), per-offset sums as column sums
 
 Both routes write the same tables (`band_table`, `offset_table`, the residual per layer):
 the script checks every numeric column to 1e-5 of its largest magnitude (sums reorder),
-NaN where the other has NaN, and prints the wall time of each route and old / new.
+NaN where the other has NaN, and prints the wall time of each route and old / new. The
+residual check is not compared (rounding either way); the new one must stay within BOUND.
+On a machine shared with other work, compare `--threads 1` too: small parallel operations
+wait for a second core there, which both routes pay per operation.
 
 Run: .venv/bin/python benchmarks/bench_rotary.py [--lengths 512 1024] [--layers 2]
      [--sequences 8] [--batch-size 16] [--threads 0]
