@@ -22,11 +22,21 @@ them. A partial-rotary head has one more band, the last, holding all its unrotat
 - q_norm, k_norm: mean ||q^b||, ||k^b|| over real tokens (keys repeated per query head);
 - residual: max |sum_b s^b - q k^T scale| / max |q k^T scale| over the visible pairs.
 
-Memory: besides one batch's q, k [B, H, n, d'], a few [B, n, n] buffers of one head (one band's
-scores, the head's band sums) are held at a time, and one layer's accumulators
-[H, bands, length] in float64. Each head's bands are computed twice (the shares need the sum of
-|s^b| over bands first), which costs n^2 * 2 multiply-adds per band: cheap next to the memory
-all bands at once would take (33 bands x 32 heads x 512^2 x B floats).
+How: sequence by sequence, the scores are computed once per block of query rows i, every
+head and band at once, laid out by offset: s [heads, bands, r, T] holds s^b for query i and
+key j = i - t, t = 0..T - 1 (T = min(the block's last row + 1, the sliding window): the
+causal pairs alone), read from a strided view of the keys (`by_offset`). The shares, the
+check and the per-offset sums and sums of squares come from that block: a per-offset sum is a
+sum over the block's rows (a column sum), so no loop runs over offsets. A block's sums over
+its rows are in X's dtype (at most MOST_ROWS rows; the shares over r x T pairs), everything
+accumulated over blocks in float64.
+
+Memory: besides one batch's q, k and their copies by band ([B, H, n, d'] each, more where a
+narrow band is padded to the widest) and one sequence's keys after n zeros (twice its k),
+one block of scores, heads x bands x r x T <= CHUNK = 2^23 values (32 MiB in float32, one
+[bands, n, n] of SmolLM2's 32 bands at n = 512; r = `rows_per_block`, 56 rows there), a few
+[heads, r, T], and one layer's accumulators [H, bands, length] in float64. Nothing of size
+[bands, n, n] exists beyond that block.
 
 Layers and heads are 1-based in the tables, bands 0-based.
 """
@@ -40,7 +50,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from attnscope.core.attention import layer_visible_pairs, queries_keys
+from attnscope.core.attention import queries_keys
 from attnscope.core.canonical import CanonicalLayer, CanonicalModel, Rotary, rotary_bands
 from attnscope.core.store import HiddenStates
 from attnscope.core.tables import index_grid
@@ -76,29 +86,82 @@ def _band_dims(rotary: Rotary | None, d_head: int, device) -> list[torch.Tensor]
     return [torch.nonzero(band == b).flatten().to(device) for b in range(int(band.max()) + 1)]
 
 
-def _head_band_scores(q: torch.Tensor, k: torch.Tensor, dims, scale: float) -> Iterator:
-    """s^b = scale * q[band b] k[band b]^T of one head, band by band.  q, k [B, n, d'] ->
-    yields [B, n, n]"""
-    for index in dims:
-        yield (q[..., index] @ k[..., index].transpose(-1, -2)) * scale
+def _band_index(rotary: Rotary | None, d_head: int, device) -> torch.Tensor:
+    """Every band's head dimensions as one table: row b holds band b's, padded with d_head (the
+    zero dimension `by_band` appends) where a band is narrower than the widest (a
+    partial-rotary head's unrotated band is wider than its pairs).  [bands, W] int64"""
+    dims = _band_dims(rotary, d_head, "cpu")
+    index = torch.full((len(dims), max(len(d) for d in dims)), d_head, dtype=torch.long)
+    for b, d in enumerate(dims):
+        index[b, : len(d)] = d
+    return index.to(device)
 
 
-def band_scores(X: torch.Tensor, layer: CanonicalLayer) -> Iterator[tuple[int, int, torch.Tensor]]:
-    """(head, band, s^b [B, n, n]) for every head (0-based) and band of the layer, before
-    soft-capping: summed over bands they give the logits q k^T * scale. One head and band's
-    scores exist at a time (beyond q, k [B, H, n, d'])."""
+def by_band(t: torch.Tensor, rotary: Rotary | None) -> torch.Tensor:
+    """Queries or keys regrouped by band: out[..., b, i, :] holds t[..., i, band b's dims], zero
+    past a narrow band's width.  t [..., n, d'] -> [..., bands, n, W]"""
+    index = _band_index(rotary, t.shape[-1], t.device)
+    padded = torch.nn.functional.pad(t, (0, 1))  # dimension d' is zero
+    return padded[..., index].movedim(-3, -2)
+
+
+def head_band_scores(X: torch.Tensor, layer: CanonicalLayer) -> Iterator[tuple[int, torch.Tensor]]:
+    """(head, s [B, bands, n, n]) for every head (0-based) of the layer, s[:, b] = s^b =
+    scale * q[band b] k[band b]^T before soft-capping: summed over bands they give the logits
+    q k^T * scale. One head's band scores exist at a time (beyond q, k [B, H, n, d'])."""
     q, k = queries_keys(X, layer)
-    dims = _band_dims(layer.rotary, layer.d_head, q.device)
     for h in range(layer.n_heads):
-        for b, s in enumerate(_head_band_scores(q[:, h], k[:, h], dims, layer.scale)):
-            yield h, b, s
+        q_bands, k_bands = by_band(q[:, h], layer.rotary), by_band(k[:, h], layer.rotary)
+        yield h, (q_bands @ k_bands.transpose(-1, -2)) * layer.scale
 
 
-def _offset_index(n: int, device) -> torch.Tensor:
-    """i - j of every (query i, key j), 0 where j > i (those pairs are never counted).
-    [n * n] int64"""
-    position = torch.arange(n, device=device)
-    return (position[:, None] - position[None, :]).clamp(min=0).flatten()
+CHUNK = 2**23  # values in one block of band scores [heads, bands, rows, offsets] (32 MiB float32)
+MOST_ROWS = 64  # query rows per block at most: float32 sums over a block's rows stay short
+
+
+def rows_per_block(head_bands: int, n: int) -> int:
+    """Query rows per block of scores of head_bands (heads x bands) rows of n keys: as many
+    as CHUNK values hold, 1 to MOST_ROWS."""
+    return min(MOST_ROWS, max(1, CHUNK // (head_bands * n)))
+
+
+def zero_before(t: torch.Tensor) -> torch.Tensor:
+    """t [..., n] after n zeros (the keys j < 0 of `by_offset`), contiguous.  [..., 2n]"""
+    return torch.nn.functional.pad(t, (t.shape[-1], 0)).contiguous()
+
+
+def by_offset(keys: torch.Tensor, first: int, rows: int, offsets: int) -> torch.Tensor:
+    """What each query row meets, by offset: out[..., l, u] = key j = i - t of query
+    i = first + l at offset t = offsets - 1 - u (zero where j < 0). A strided view of
+    keys = `zero_before(k)` [..., 2n] (row l starts one key after row l - 1): no copy.
+    [..., rows, offsets]"""
+    if keys.stride(-1) != 1:
+        raise ValueError(f"by_offset needs contiguous keys, not strides {keys.stride()}")
+    start = keys.shape[-1] // 2 + first - offsets + 1  # key j = first - offsets + 1: l, u = 0
+    return keys.as_strided(
+        (*keys.shape[:-1], rows, offsets),
+        (*keys.stride()[:-1], 1, 1),
+        keys.storage_offset() + start,
+    )
+
+
+def offset_logits(q_rows: torch.Tensor, keys: torch.Tensor, first: int, offsets: int):
+    """q_i . k_j laid out as `by_offset`: one product with the keys the rows meet, then its
+    band of diagonals.  q_rows [..., r, d'] (queries first..), keys = `zero_before(k^T)`
+    [..., d', 2n] -> [..., r, offsets]"""
+    r, start = q_rows.shape[-2], keys.shape[-1] // 2 + first - offsets + 1
+    products = q_rows @ keys[..., start : start + r + offsets - 1]  # [..., r, r + offsets - 1]
+    return products.as_strided(
+        (*products.shape[:-1], offsets), (*products.stride()[:-2], r + offsets, 1)
+    )
+
+
+def band_widths(rotary: Rotary | None, d_head: int) -> list[int]:
+    """Band b's number of dimensions: 2 for a rotated band, the rest for the unrotated one,
+    never narrower than the band before it (the unrotated band is last)."""
+    widths = torch.bincount(bands(rotary, d_head)).tolist()
+    assert widths == sorted(widths), widths
+    return widths
 
 
 class RotaryStatistics:
@@ -111,7 +174,9 @@ class RotaryStatistics:
         self.theta, self.wavelength = band_angles(layer.rotary, layer.d_head)
         self.n_bands = len(self.theta)
         self.band = bands(layer.rotary, layer.d_head).to(device)
-        self.dims = _band_dims(layer.rotary, layer.d_head, device)
+        widths = band_widths(layer.rotary, layer.d_head)
+        # dimension w of the padded band vectors: bands first_wide[w].. have it
+        self.first_wide = [sum(width <= w for width in widths) for w in range(max(widths))]
         H, K, T = layer.n_heads, self.n_bands, max(length, t_max + 1)
         f64 = dict(dtype=torch.float64, device=device)
         self.share_sums = torch.zeros(H, K, **f64)  # sum of |s^b| / sum_b' |s^b'|
@@ -124,39 +189,69 @@ class RotaryStatistics:
         self.largest = {"residual": 0.0, "score": 0.0}
 
     def update(self, X: torch.Tensor, mask: torch.Tensor) -> None:
-        """Add one batch: X [B, n, d] the layer's input, mask [B, n] (1 = real token)."""
+        """Add one batch: X [B, n, d] the layer's input, mask [B, n] (1 = real token).
+        Sequence by sequence and block of query rows by block, every head at once: each
+        block's scores are [heads, bands, rows, offsets], offsets t = 0..T - 1 where
+        T = min(the block's last row + 1, the sliding window), the causal pairs alone."""
         q, k = queries_keys(X, self.layer)
-        visible = layer_visible_pairs(mask, self.layer).tril()  # key j <= query i
-        offsets = _offset_index(X.shape[1], X.device)
-        self.counts.index_add_(0, offsets, visible.sum(0).flatten().double())
         real = mask.bool()
         self.tokens += int(real.sum())
         for name, t in (("q", q), ("k", k)):
             self.norm_sums[name] += self._band_norms(t, real)
-        for h in range(self.layer.n_heads):
-            self._update_head(h, q[:, h], k[:, h], visible, offsets)
+        q = q * self.layer.scale  # q k^T: the logits
+        zeroed = real[:, None, :, None]  # a padding token's scores are 0 in every band
+        q_bands = by_band(q * zeroed, self.layer.rotary)  # [B, H, K, n, W]
+        k_bands = by_band(k * zeroed, self.layer.rotary).transpose(-1, -2)  # [.., K, W, n]
+        (B, n), H, K = mask.shape, self.layer.n_heads, self.n_bands
+        rows = rows_per_block(H * K, n)
+        buffer = q.new_empty(H * K * rows * n)  # one block's scores, reused
+        for i in range(B):
+            keys, band_keys = zero_before(k[i].transpose(-1, -2)), zero_before(k_bands[i])
+            real_keys = zero_before(real[i].to(q.dtype))
+            for first in range(0, n, rows):
+                r = min(rows, n - first)
+                T = min(first + r, self.layer.sliding_window or n)  # offsets 0..T - 1
+                visible = (by_offset(real_keys, first, r, T) > 0) & real[i, first : first + r, None]
+                self._add_offsets(self.counts, visible.sum(0))
+                block = buffer[: H * K * r * T].view(H, K, r, T)
+                q_rows = q_bands[i, :, :, first : first + r]
+                self._band_scores(q_rows, by_offset(band_keys, first, r, T), block)
+                logits = offset_logits(q[i, :, first : first + r], keys, first, T)
+                self._check(block.sum(1), logits, visible)
+                self._update_block(block, visible)
+
+    def _band_scores(self, q_rows, key_rows, out) -> None:
+        """s^b[l, u] = scale q^b_i . k^b_j of every head and band into out [H, K, r, T]:
+        q_rows [H, K, r, W] (scaled), key_rows [H, K, W, r, T] (`by_offset`)."""
+        torch.mul(key_rows[:, :, 0], q_rows[..., 0, None], out=out)
+        for w in range(1, q_rows.shape[-1]):
+            b = self.first_wide[w]  # narrower bands are zero in dimension w
+            out[:, b:].addcmul_(key_rows[:, b:, w], q_rows[:, b:, :, w, None])
+
+    def _update_block(self, scores: torch.Tensor, visible: torch.Tensor) -> None:
+        """Every head's statistics from a block of band scores [H, K, r, T] (column u:
+        offset t = T - 1 - u; taken to |s|, then s^2, in place), visible [r, T]."""
+        H, K = scores.shape[:2]
+        self._add_offsets(self.sums, scores.sum(2))
+        size = scores.abs_().sum(1)  # sum_b |s^b|  [H, r, T]
+        counted = visible & (size > 0)
+        self.share_pairs += counted.sum((1, 2))
+        inverse = torch.where(counted, size, 1.0).reciprocal() * counted
+        pairs = inverse.reshape(H, -1)  # a product per head: faster than one bmm on CPU
+        shares = torch.stack([scores[h].view(K, -1) @ pairs[h] for h in range(H)])  # [H, K]
+        self.share_sums += shares.double()
+        self._add_offsets(self.squares, scores.square_().sum(2))
+
+    def _add_offsets(self, into: torch.Tensor, by_column: torch.Tensor) -> None:
+        """Add per-offset sums [..., T] in a block's column order (offset T - 1 - u) to an
+        accumulator [..., length] over offsets 0..T - 1."""
+        T = by_column.shape[-1]
+        into[..., :T] += by_column.flip(-1).double()
 
     def _band_norms(self, t: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         """sum over real tokens of ||t^b||.  t [B, H, n, d'] -> [H, bands] float64"""
         squares = t.new_zeros(*t.shape[:-1], self.n_bands).index_add_(-1, self.band, t * t)
         return (squares.sqrt() * real[:, None, :, None]).sum((0, 2)).double()
-
-    def _update_head(self, h: int, q, k, visible: torch.Tensor, offsets: torch.Tensor) -> None:
-        """One head's scores, band by band.  q, k [B, n, d']; visible [B, n, n]"""
-        scale = self.layer.scale
-        total, total_abs = 0.0, 0.0
-        for s in _head_band_scores(q, k, self.dims, scale):
-            total, total_abs = total + s, total_abs + s.abs()
-        self._check(total, (q @ k.transpose(-1, -2)) * scale, visible)
-        counted = visible & (total_abs > 0)
-        self.share_pairs[h] += counted.sum()
-        divisor = torch.where(counted, total_abs, 1.0)
-        for b, s in enumerate(_head_band_scores(q, k, self.dims, scale)):
-            shares = torch.where(counted, s.abs() / divisor, 0.0)
-            self.share_sums[h, b] += shares.sum(dtype=torch.float64)
-            seen = torch.where(visible, s, 0.0).double()
-            self.sums[h, b].index_add_(0, offsets, seen.sum(0).flatten())
-            self.squares[h, b].index_add_(0, offsets, seen.square().sum(0).flatten())
 
     def _check(self, total: torch.Tensor, direct: torch.Tensor, visible: torch.Tensor) -> None:
         """Keep the largest |sum_b s^b - q k^T scale| and |q k^T scale| over visible pairs."""
