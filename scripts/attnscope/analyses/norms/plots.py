@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.ticker import MaxNLocator
 
 import attnscope.core.plotting  # noqa: F401  (the shared look; sets the Agg backend)
 from attnscope.core.plotting import layer_ticks
@@ -190,7 +191,9 @@ def sink_card(
     colourbar = plt.cm.ScalarMappable(
         cmap="viridis", norm=plt.Normalize(min(stream_layers), max(stream_layers))
     )
-    fig.colorbar(colourbar, ax=middle, label="layer")
+    fig.colorbar(colourbar, ax=middle, label="layer").ax.yaxis.set_major_locator(
+        MaxNLocator(integer=True)
+    )
     middle.set_title("along the stream")
     kob = sink_kobayashi[sink_kobayashi["layer"].astype(str) != "all"]
     total = sink_kobayashi[sink_kobayashi["layer"].astype(str) == "all"].iloc[0]
