@@ -181,16 +181,15 @@ def sink_card(
         f"(control {overall['sink_share_control']:.2f})"
     )
     stream_layers = sorted(sink_stream["layer"].unique())
-    palette = sns.color_palette("viridis", len(stream_layers))
-    for colour, layer in zip(palette, stream_layers, strict=True):
+    shade = plt.Normalize(min(stream_layers), max(stream_layers))
+    for layer in stream_layers:  # each line the colour of its layer on the colour bar
         rows = sink_stream[sink_stream["layer"] == layer]
         centre = (rows["position_from"] + rows["position_to"]) / 2
+        colour = plt.cm.viridis(shade(layer))
         middle.plot(centre.clip(lower=0.5), rows["alpha_first"], marker=".", color=colour)
     middle.set(xscale="log", xlabel="query position i (bin centre)", ylim=(0, 1.05))
     middle.set(ylabel="alpha on the first position (mean over heads)")
-    colourbar = plt.cm.ScalarMappable(
-        cmap="viridis", norm=plt.Normalize(min(stream_layers), max(stream_layers))
-    )
+    colourbar = plt.cm.ScalarMappable(cmap="viridis", norm=shade)
     fig.colorbar(colourbar, ax=middle, label="layer").ax.yaxis.set_major_locator(
         MaxNLocator(integer=True)
     )
