@@ -4,6 +4,7 @@
 
 NORMS = config["analyses"]["norms"]
 NORMS_OUT = FAMILIES["norms"]
+SINK_CARD = NORMS_OUT.every_layer
 NORMS_PARAMS = dict(
     batch_size=config["batch_size"],
     seed=NORMS["seed"],
@@ -73,7 +74,7 @@ rule norms_compute:
         **{
             file.split(".")[0]: NORMS_OUT.table(file)
             for file in NORMS_OUT.tables["corpus"]
-            if file.endswith(".tsv")
+            if file.endswith(".tsv") and file not in SINK_CARD
         },
         maps=NORMS_OUT.table("attn_n_maps.h5"),
     log:
@@ -90,3 +91,36 @@ rule norms_compute:
         **NORMS_PARAMS,
     script:
         "../scripts/norms_compute.py"
+
+
+# The attention-sink card (analyses/norms/sink_card.py): Sink^eps with its repeated-token
+# control, the first position's weight along the stream, Kobayashi's view summarised, the
+# massive dimensions and, for a causal LM, the loss with them zeroed or at their mean.
+rule norms_sink_card:
+    input:
+        manifest=manifest,
+        hidden_states=hidden_states,
+        attention_sinks=NORMS_OUT.table("attention_sinks.tsv"),
+    output:
+        heads=NORMS_OUT.table("sink_heads.tsv"),
+        epsilon=NORMS_OUT.table("sink_epsilon.tsv"),
+        stream=NORMS_OUT.table("sink_stream.tsv"),
+        kobayashi=NORMS_OUT.table("sink_kobayashi.tsv"),
+        massive=NORMS_OUT.table("massive_dimensions.tsv"),
+        intervention=NORMS_OUT.table("massive_intervention.tsv"),
+    log:
+        "results/{model}/{corpus}/logs/norms_sink_card.log",
+    benchmark:
+        "results/{model}/{corpus}/benchmarks/norms_sink_card.tsv"
+    conda:
+        "../envs/model.yaml"
+    threads: 4
+    resources:
+        gpu=gpu_count,
+        slurm_partition=partition,
+    params:
+        batch_size=config["batch_size"],
+        sink_epsilon=NORMS["sink_epsilon"],
+        sink_positions=NORMS["sink_positions"],
+    script:
+        "../scripts/norms_sink_card.py"

@@ -239,6 +239,33 @@ def test_decoders_run_every_rule(decoder_run):
             assert (position / "figures" / f"{figure}.png").stat().st_size > 1000
         gradients = pd.read_csv(results / "wiki/weights/gradients.tsv", sep="\t")
         assert set(gradients["status"]) == {"ok"} and (gradients["importance"] >= 0).all()
+        # the sink card: Sink^eps over 2 layers x 4 heads with its control, the stream's bins
+        # of a causal model (no row 0), Kobayashi's summary, Sun's criterion and intervention
+        norms = results / "wiki/norms"
+        heads = pd.read_csv(norms / "sink_heads.tsv", sep="\t")
+        assert (
+            len(heads) == 8
+            and heads[["alpha_first", "alpha_first_control"]].stack().between(0, 1).all()
+        )
+        sink = pd.read_csv(norms / "sink_epsilon.tsv", sep="\t").set_index("layer")
+        assert sink.index.tolist() == ["1", "2", "all"] and sink.loc["all", "n_heads"] == 8
+        assert sink.loc["all", "sink_share"] == heads["sink"].mean()
+        assert sink.loc["all", "sink_share_control"] == heads["sink_control"].mean()
+        assert (sink["epsilon"] == 0.3).all() and (sink["positions"] == 64).all()
+        stream = pd.read_csv(norms / "sink_stream.tsv", sep="\t")
+        assert (stream["position_from"] >= 1).all() and stream["alpha_first"].between(0, 1).all()
+        kobayashi = pd.read_csv(norms / "sink_kobayashi.tsv", sep="\t")
+        assert kobayashi["layer"].astype(str).tolist() == ["1", "2", "all"]
+        massive = pd.read_csv(norms / "massive_dimensions.tsv", sep="\t")
+        assert ((massive["value"].abs() > 100) & (massive["ratio"] >= 1000)).all()
+        intervention = pd.read_csv(norms / "massive_intervention.tsv", sep="\t")
+        if massive.empty:  # random weights: no |x| above 100
+            assert intervention["status"].tolist() == [
+                "not applicable: no massive activation (|x| > 100 and >= 1000 x the median)"
+            ]
+        else:
+            assert intervention["variant"].tolist() == ["unmodified", "zeroed", "mean"]
+        assert (norms / "figures/sink_card.png").stat().st_size > 1000
 
 
 def test_decoders_carry_the_decomposition_to_the_next_token(decoder_run):

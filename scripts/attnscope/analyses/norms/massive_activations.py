@@ -73,3 +73,51 @@ class MassiveActivations:
                 "top_dim_share": [d.max() / d.sum() if d.sum() else np.nan for d in self.dims],
             }
         return indexed_table(columns, layer=range(len(count)))
+
+
+# ---- Sun et al.'s criterion: which entries are massive --------------------------------------
+
+MASSIVE_ABSOLUTE = 100.0  # |x| above this ...
+MASSIVE_RELATIVE = 1000.0  # ... and at least this many times the layer's median |x|
+
+
+def layer_median(X: np.ndarray, mask: np.ndarray) -> float:
+    """The median |x| over every entry (all d features) of every real position of one hidden
+    state in the corpus: Sun et al.'s "median magnitude of the layer's hidden states".
+    X [N, n, d], mask [N, n]."""
+    return float(np.median(np.abs(X[mask.astype(bool)])))
+
+
+def massive_entries(X: np.ndarray, mask: np.ndarray, median: float) -> np.ndarray:
+    """(sequence, position, feature) of every massive entry at a real position: |x| > 100 and
+    |x| >= 1000 x `median` (Sun et al. 2024).  X [N, n, d], mask [N, n] -> [E, 3] int"""
+    big = np.abs(X)
+    found = (big > MASSIVE_ABSOLUTE) & (big >= MASSIVE_RELATIVE * median)
+    return np.argwhere(found & mask.astype(bool)[..., None])
+
+
+def massive_dimensions(hidden, mask: np.ndarray, input_ids: np.ndarray, token_of) -> pd.DataFrame:
+    """Every massive entry of every stored state: `state dim sequence position piece value
+    layer_median ratio` (state 0 = the embedding output, l = layer l's output; dim 0-based;
+    ratio = |value| / layer_median). `hidden(state)` -> [N, n, d] of that state (one state in
+    memory at a time); `token_of` maps piece ids to their text."""
+    frames = []
+    for state, X in hidden:
+        median = layer_median(X, mask)
+        s, p, k = massive_entries(X, mask, median).T
+        values = X[s, p, k].astype(np.float64)
+        frames.append(
+            pd.DataFrame(
+                {
+                    "state": state,
+                    "dim": k,
+                    "sequence": s,
+                    "position": p,
+                    "piece": token_of(input_ids[s, p].tolist()),
+                    "value": values,
+                    "layer_median": median,
+                    "ratio": np.abs(values) / median if median > 0 else np.inf,
+                }
+            )
+        )
+    return pd.concat(frames, ignore_index=True)

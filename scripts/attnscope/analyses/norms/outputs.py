@@ -1,7 +1,19 @@
 """Outputs of the norm-based analysis (Kobayashi et al. 2020), with attention sinks (Xiao et
-al. 2023, Gu et al. 2024) and massive activations (Sun et al. 2024) from the same pass."""
+al. 2023, Gu et al. 2024) and massive activations (Sun et al. 2024) from the same pass, and
+the attention-sink card (`SINK_CARD`, the rule norms_sink_card: `sink_card.py`)."""
 
 from attnscope.pipeline.outputs import Family, Figure, ModelShape
+
+SINK_CARD = (
+    "sink_heads.tsv",
+    "sink_epsilon.tsv",
+    "sink_stream.tsv",
+    "sink_kobayashi.tsv",
+    "massive_dimensions.tsv",
+    "massive_intervention.tsv",
+)
+"""The sink card's tables: the rule norms_sink_card's, not norms_compute's; they need every
+layer (Sink^eps counts every head, the control and the intervention run the whole depth)."""
 
 
 def map_bytes(settings: dict, n_layers: int, n_sequences: int, length: int) -> dict[str, int]:
@@ -42,6 +54,7 @@ FAMILY = Family(
             "massive_activations.tsv",
             "decomposition_check.tsv",
             "attn_n_maps.h5",
+            *SINK_CARD,
         ),
         "model": ("affine_singular_values.tsv",),
     },
@@ -51,10 +64,16 @@ FAMILY = Family(
         Figure("token_class_layer", "corpus", ("token_class_layer.tsv",)),
         Figure("attention_sinks", "corpus", ("attention_sinks.tsv",)),
         Figure("massive_activations", "corpus", ("massive_activations.tsv",)),
+        Figure(
+            "sink_card",
+            "corpus",
+            ("sink_epsilon.tsv", "sink_stream.tsv", "sink_kobayashi.tsv"),
+        ),
         Figure("affine_singular_values", "model", ("affine_singular_values.tsv",), ("seed",)),
     ),
     problems=problems,
     map_bytes=map_bytes,
     part_bytes=part_bytes,
     shard_maps=("attn_n_maps.h5",),
+    every_layer=SINK_CARD,
 )

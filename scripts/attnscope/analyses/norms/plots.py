@@ -9,6 +9,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
+from matplotlib.ticker import MaxNLocator
 
 import attnscope.core.plotting  # noqa: F401  (the shared look; sets the Agg backend)
 from attnscope.core.plotting import layer_ticks
@@ -148,6 +149,62 @@ def massive_activations(massive_activations: pd.DataFrame, title: str):
     right.legend(fontsize="small")
     for ax in (left, right):
         layer_ticks(ax, table["layer"])
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def sink_card(
+    sink_epsilon: pd.DataFrame,
+    sink_stream: pd.DataFrame,
+    sink_kobayashi: pd.DataFrame,
+    title: str,
+):
+    """The attention-sink card: per layer the share of heads with a mean first-position
+    weight above eps, on the corpus and on its repeated-token control (Gu et al. 2024); the
+    first position's weight along the stream by query position, one line per layer (Xiao et
+    al. 2023); its share of alpha against its share of the norms (Kobayashi). eps and the
+    positions averaged are read from the table."""
+    fig, (left, middle, right) = plt.subplots(1, 3, figsize=(16, 4.4))
+    per_layer = sink_epsilon[sink_epsilon["layer"].astype(str) != "all"]
+    overall = sink_epsilon[sink_epsilon["layer"].astype(str) == "all"].iloc[0]
+    layers = per_layer["layer"].astype(int).to_numpy()
+    width = 0.4
+    left.bar(layers - width / 2, per_layer["sink_share"], width, label="corpus")
+    left.bar(layers + width / 2, per_layer["sink_share_control"], width, label="repeated token")
+    left.set(xlabel="layer", ylabel="share of heads that are sinks", ylim=(0, 1.05))
+    layer_ticks(left, layers)
+    left.legend(fontsize="small")
+    eps, positions = overall["epsilon"], int(overall["positions"])
+    left.set_title(
+        f"Sink^{eps:g} over i < {positions}: {overall['sink_share']:.2f} "
+        f"(control {overall['sink_share_control']:.2f})"
+    )
+    stream_layers = sorted(sink_stream["layer"].unique())
+    shade = plt.Normalize(min(stream_layers), max(stream_layers))
+    for layer in stream_layers:  # each line the colour of its layer on the colour bar
+        rows = sink_stream[sink_stream["layer"] == layer]
+        centre = (rows["position_from"] + rows["position_to"]) / 2
+        colour = plt.cm.viridis(shade(layer))
+        middle.plot(centre.clip(lower=0.5), rows["alpha_first"], marker=".", color=colour)
+    middle.set(xscale="log", xlabel="query position i (bin centre)", ylim=(0, 1.05))
+    middle.set(ylabel="alpha on the first position (mean over heads)")
+    colourbar = plt.cm.ScalarMappable(cmap="viridis", norm=shade)
+    fig.colorbar(colourbar, ax=middle, label="layer").ax.yaxis.set_major_locator(
+        MaxNLocator(integer=True)
+    )
+    middle.set_title("along the stream")
+    kob = sink_kobayashi[sink_kobayashi["layer"].astype(str) != "all"]
+    total = sink_kobayashi[sink_kobayashi["layer"].astype(str) == "all"].iloc[0]
+    kob_layers = kob["layer"].astype(int)
+    right.plot(kob_layers, kob["alpha_first"], marker="o", label="share of alpha")
+    right.plot(kob_layers, kob["norm_share"], marker="s", label="share of ||alpha f(x)||")
+    right.set(xlabel="layer", ylabel="first position's share (mean over heads)", ylim=(0, 1.05))
+    layer_ticks(right, kob_layers)
+    right.legend(fontsize="small")
+    right.set_title(
+        f"all layers: alpha {total['alpha_first']:.2f}, ||alpha f(x)|| {total['norm_share']:.2f}"
+    )
     fig.suptitle(title)
     fig.tight_layout()
     return fig

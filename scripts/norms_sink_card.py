@@ -1,0 +1,80 @@
+"""The attention-sink card of one model on one corpus (`analyses/norms/sink_card.py`): Sink^eps
+with its repeated-token control (a second forward of the model, whole or layer by layer), the
+first position's weight along the stream, Kobayashi's view summarised, Sun et al.'s massive
+dimensions and, for a causal LM, the loss when they are zeroed or set to their mean."""
+
+from pathlib import Path
+
+import h5py
+import pandas as pd
+from transformers import AutoTokenizer
+
+from attnscope.analyses.norms.massive_activations import massive_dimensions
+from attnscope.analyses.norms.massive_intervention import massive_intervention
+from attnscope.analyses.norms.sink_card import (
+    kobayashi_summary,
+    repeated_token_ids,
+    sink_attention,
+    sink_epsilon,
+    sink_heads,
+    sink_stream,
+)
+from attnscope.core import files
+from attnscope.core.files import write_table
+from attnscope.core.store import TOKEN_ARRAYS, HiddenStates
+from attnscope.core.tables import not_applicable
+from attnscope.pipeline import runlog
+from attnscope.pipeline.extract import extract, extract_streamed
+from attnscope.pipeline.models import open_model
+
+log = runlog.start(snakemake)
+params = snakemake.params
+output = snakemake.output
+loaded = open_model(
+    snakemake.input.manifest,
+    snakemake.config["device"],
+    log,
+    hidden_states=snakemake.input.hidden_states,
+    with_head=True,
+    loading=snakemake.config["loading"],
+)
+weights, device, batch_size = loaded.weights, loaded.device, params.batch_size
+tokenizer = AutoTokenizer.from_pretrained(loaded.manifest["path"])
+with HiddenStates(snakemake.input.hidden_states) as store:
+    found = sink_attention(store, weights, params.sink_positions, batch_size, device)
+    with files.scratch_folder(Path(output.heads).parent, "sink-control-") as scratch:
+        encoded, states = scratch / "encoded.h5", scratch / "states.h5"
+        with h5py.File(encoded, "w") as f:
+            for name in TOKEN_ARRAYS:
+                f[name] = getattr(store, name)
+            f["input_ids"][...] = repeated_token_ids(store.input_ids, store.category)
+        if loaded.route == "layer-streamed":
+            extract_streamed(loaded.manifest["path"], encoded, states, batch_size, device)
+        else:
+            extract(loaded.model, encoded, states, batch_size, device)
+        log.info("repeated-token control extracted on the %s route", loaded.route)
+        with HiddenStates(states) as control_store:
+            control = sink_attention(
+                control_store, weights, params.sink_positions, batch_size, device
+            )
+    heads = sink_heads(found, control, params.sink_epsilon)
+    write_table(heads, output.heads)
+    write_table(sink_epsilon(heads, params.sink_epsilon, params.sink_positions), output.epsilon)
+    write_table(sink_stream(found, store.length), output.stream)
+    sinks = pd.read_csv(snakemake.input.attention_sinks, sep="\t")
+    write_table(kobayashi_summary(sinks), output.kobayashi)
+
+    hidden = ((s, store.hidden(s)) for s in range(weights.n_layers + 1))
+    massive = massive_dimensions(
+        hidden, store.attention_mask, store.input_ids, tokenizer.convert_ids_to_tokens
+    )
+    write_table(massive, output.massive)
+    log.info("%d massive entries in %d states", len(massive), massive["state"].nunique())
+    if loaded.manifest.get("lm_head") != "causal" or loaded.head is None:
+        intervention = not_applicable("no causal LM head")
+    else:
+        intervention = massive_intervention(
+            store, massive, weights, loaded.head, batch_size, device
+        )
+    write_table(intervention, output.intervention)
+log.info("wrote the sink card of %s", snakemake.wildcards.model)
