@@ -50,7 +50,7 @@ def test_the_lines_state_what_the_tables_hold(tmp_path):
     assert lines[0].endswith("12% on the repeated-token control")
     assert lines[1].endswith("L1 0.10, L2 0.90") and lines[2].endswith("L1 0.05, L2 0.20")
     assert "7 (up to 1,200), 2 (up to 130)" not in lines[3]  # dims in ascending order
-    assert "2 (up to 130), 7 (up to 1,200), from hidden state 3 on, at 2 (sequence" in lines[3]
+    assert "2 (up to 130), 7 (up to 1,200), in hidden states 3 to 4, at 2 (sequence" in lines[3]
     assert lines[4].endswith("unmodified 3.000, zeroed 9.500, set to their mean 3.010")
     assert lines[5].endswith("band 1 (0.70), band 0 (0.30)")
     assert len(lines) == 6  # no mixing table: no mixing line

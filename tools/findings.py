@@ -57,12 +57,12 @@ def sink_lines(results: Path, model: str) -> list[str]:
     massive = table(results, model, "norms", "massive_dimensions")
     if massive is not None and len(massive):
         dims = massive.groupby("dim")["value"].apply(lambda v: v.abs().max())
-        first = int(massive["state"].min())
+        states = f"{int(massive['state'].min())} to {int(massive['state'].max())}"
+        pairs = len(massive[["sequence", "position"]].drop_duplicates())
         lines.append(
             f"massive dimensions (Sun et al.: |x| > 100 and ≥ 1000× the state's median): "
-            f"{', '.join(f'{d} (up to {v:,.0f})' for d, v in dims.items())}, from hidden state "
-            f"{first} on, at {massive[['sequence', 'position']].drop_duplicates().shape[0]} "
-            f"(sequence, position) pairs"
+            f"{', '.join(f'{d} (up to {v:,.0f})' for d, v in dims.items())}, in hidden states "
+            f"{states}, at {pairs} (sequence, position) pairs"
         )
     elif massive is not None:
         lines.append("massive dimensions (Sun et al.): none")
