@@ -48,6 +48,7 @@ def test_a_layer_subset_is_sized_by_its_states_and_maps(tmp_path):
     root = Path(__file__).parents[1]
     config = yaml.safe_load((root / "config/config.yaml").read_text())
     validate(config, str(root / "config/schema.yaml"))  # fills in the defaults
+    config["models"] = {"minilm-l6": config["models"]["minilm-l6"]}
     sizes = {}
     for layers in ("all", [2, 6], [6, 5, 4, 3, 2, 1]):
         planned = planned_files(dict(config, layers=layers), families(), tmp_path / "results")

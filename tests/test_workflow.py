@@ -350,7 +350,8 @@ def figure_rules(family: str, names: str = "") -> list[str]:
             "seed",
             7,
             # every figure: the affine one's seed; collect_shards: the (empty) shards folder
-            {"norms_compute", "collect_shards", *figure_rules("norms")},
+            # the sink card reads attention_sinks.tsv, which norms_compute writes again
+            {"norms_compute", "norms_sink_card", "collect_shards", *figure_rules("norms")},
         ),
         (
             "weights",
@@ -818,6 +819,7 @@ def test_default_pipeline_on_a_slice(tmp_path):
     from attnscope.architectures import load_model
 
     config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    config["models"] = {"minilm-l6": config["models"]["minilm-l6"]}  # SmolLM2: `make run`
     config["mirror"] = str(MIRROR)
     config["corpora"]["wiki"]["n_sequences"] = 32
     config["corpora"]["wiki512"]["n_sequences"] = 2
