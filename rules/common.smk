@@ -45,8 +45,10 @@ def corpus_settings(wildcards):
 
 
 def model_settings(wildcards):
-    """The model block of the config, keys sorted."""
-    return canonical(config["models"][wildcards.model])
+    """The model block of the config without its corpora (they are the corpus jobs'
+    params: changing one reruns that corpus, not the acquisition), keys sorted."""
+    spec = config["models"][wildcards.model]
+    return canonical({key: value for key, value in spec.items() if key != "corpora"})
 
 
 def model_source_files(wildcards):
