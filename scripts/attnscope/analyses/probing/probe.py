@@ -46,16 +46,17 @@ def sequence_gold(meta: dict):
 
 
 def _pad(seqs: list[Sequence], kind: str):
-    """Padded batch: features [B, C, W, W + 1] (i, candidate j; ROOT at W), embeddings
-    [B, W, d], candidate mask [B, W, W + 1], gold [B, W] (W = ROOT), weight [B, W] (scored),
-    word mask [B, W]."""
+    """Padded batch: features [B, W, W + 1, C] float32 (i, candidate j with ROOT at W, then
+    the C features: last, so that the probe's sums over them are matrix products),
+    embeddings [B, W, d], candidate mask [B, W, W + 1], gold [B, W] (W = ROOT), weight [B, W]
+    (scored), word mask [B, W]."""
     B, W = len(seqs), max(len(s.heads) for s in seqs)
     d = seqs[0].word_vectors.shape[1]
     if kind == "dist":
         C = 2 * MAX_OFFSET + 2
     else:
         C = 2 * seqs[0].maps.shape[0]
-    feats = torch.zeros(B, C, W, W + 1, dtype=torch.float16)  # maps are stored as float16
+    feats = torch.zeros(B, W, W + 1, C)
     emb = torch.zeros(B, W, d)
     cand = torch.zeros(B, W, W + 1, dtype=torch.bool)
     gold = torch.zeros(B, W, dtype=torch.long)
@@ -75,21 +76,20 @@ def _pad(seqs: list[Sequence], kind: str):
             offset = (torch.arange(w)[None, :] - torch.arange(w)[:, None]).clamp(
                 -MAX_OFFSET, MAX_OFFSET
             )
-            one_hot = torch.nn.functional.one_hot(offset + MAX_OFFSET, C).permute(2, 0, 1)
-            feats[b, :, :w, :w] = one_hot.half()
-            feats[b, C - 1, :w, W] = 1
+            feats[b, :w, :w] = torch.nn.functional.one_hot(offset + MAX_OFFSET, C)
+            feats[b, :w, W, C - 1] = 1
         else:
-            m = torch.from_numpy(s.maps).half()  # [F, w + 1, w + 1]
-            F = m.shape[0]
-            feats[b, :F, :w, :w] = m[:, :w, :w]
-            feats[b, :F, :w, W] = m[:, :w, w]
-            feats[b, F:, :w, :w] = m[:, :w, :w].transpose(1, 2)
-            feats[b, F:, :w, W] = m[:, w, :w]
+            m = torch.from_numpy(s.maps).float().permute(1, 2, 0)  # [w + 1, w + 1, F]
+            F = m.shape[-1]
+            feats[b, :w, :w, :F] = m[:w, :w]
+            feats[b, :w, W, :F] = m[:w, w]
+            feats[b, :w, :w, F:] = m[:w, :w].transpose(0, 1)
+            feats[b, :w, W, F:] = m[w, :w]
     return feats, emb, cand, gold, scored, words
 
 
 class Probe(torch.nn.Module):
-    """Scores [B, W, W + 1] from features [B, C, W, W + 1] and embeddings [B, W, d]."""
+    """Scores [B, W, W + 1] from features [B, W, W + 1, C] and embeddings [B, W, d]."""
 
     def __init__(self, n_features: int, d: int, with_embeddings: bool):
         super().__init__()
@@ -103,15 +103,15 @@ class Probe(torch.nn.Module):
                 torch.nn.init.normal_(layer.weight, std=0.01)
 
     def forward(self, feats: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
-        weights = self.bias[None, :, None, None]
-        if self.with_embeddings:
-            cand_emb = torch.cat([emb, self.root.expand(emb.shape[0], 1, -1)], dim=1)
-            weights = (
-                weights
-                + self.dep(emb).transpose(1, 2)[:, :, :, None]
-                + self.head(cand_emb).transpose(1, 2)[:, :, None, :]
-            )
-        return (weights * feats.float()).sum(1)
+        """score(i, j) = sum_c feats[i, j, c] (bias_c + dep(e_i)_c + head(e_j)_c), summed as
+        matrix products: the weights of row i, then those of candidate j (ROOT's: `root`)."""
+        if not self.with_embeddings:
+            return feats @ self.bias
+        by_row = self.bias + self.dep(emb)  # [B, W, C]
+        cand_emb = torch.cat([emb, self.root.expand(emb.shape[0], 1, -1)], dim=1)
+        by_candidate = self.head(cand_emb)  # [B, W + 1, C]
+        scores = (feats @ by_row[..., None]).squeeze(-1)  # [B, W, W + 1]
+        return scores + (feats.transpose(1, 2) @ by_candidate[..., None]).squeeze(-1).mT
 
 
 def batches(seqs: list[Sequence], kind: str, size: int = 32):
@@ -144,7 +144,7 @@ def train_and_score(
     if probe not in PROBES:
         raise ValueError(f"unknown probe {probe!r} (known: {', '.join(PROBES)})")
     torch.manual_seed(seed)
-    n_features, d = train_batches[0][0].shape[1], train_batches[0][1].shape[-1]
+    n_features, d = train_batches[0][0].shape[-1], train_batches[0][1].shape[-1]
     model = Probe(n_features, d, probe != "attn")
     optimiser = torch.optim.Adam(model.parameters(), lr=learning_rate)
     order = np.random.default_rng(seed)
