@@ -1,5 +1,7 @@
 # Helpers shared by every .smk file: config checks, look-ups, input functions and targets.
 # All functions live here: `snakemake --lint` asks that files of rules hold no functions.
+from snakemake.exceptions import WorkflowError  # noqa: E402
+
 from attnscope.data.corpora import KINDS as CORPUS_KINDS  # noqa: E402
 from attnscope.core.layer_selection import layer_setting  # noqa: E402
 from attnscope.pipeline.config_checks import check_config, model_depths  # noqa: E402
@@ -18,6 +20,21 @@ LAYERS = {
 }
 CORPORA = list(config["corpora"])
 SHARDS = config["shards"]
+
+
+def model_job_threads(most=4):
+    """Threads of each model job: half the cores Snakemake was given, so that two jobs run
+    at a time (one-thread jobs spend much of their time outside torch's kernels), at most
+    `most`; `most` where no core count is given (a cluster: each job asks for its own).
+    """
+    try:
+        cores = workflow.cores
+    except WorkflowError:
+        return most
+    return max(1, min(most, cores // 2))
+
+
+MODEL_THREADS = model_job_threads()
 
 
 wildcard_constraints:

@@ -13,7 +13,7 @@ rule extract_hidden_states:
         "results/{model}/{corpus}/benchmarks/extract_hidden_states.tsv"
     conda:
         "../envs/model.yaml"
-    threads: 4
+    threads: MODEL_THREADS
     resources:
         gpu=gpu_count,
         slurm_partition=partition,

@@ -30,7 +30,7 @@ rule mixing_shard:
         "results/{model}/{corpus}/benchmarks/mixing_shard_{shard}.tsv"
     conda:
         "../envs/model.yaml"
-    threads: 4
+    threads: MODEL_THREADS
     resources:
         gpu=gpu_count,
         slurm_partition=partition,
@@ -58,7 +58,7 @@ rule mixing_compute:
         "results/{model}/{corpus}/benchmarks/mixing_compute.tsv"
     conda:
         "../envs/model.yaml"
-    threads: 4
+    threads: MODEL_THREADS
     resources:
         gpu=gather_gpu_count,
         slurm_partition=gather_partition,
@@ -115,7 +115,7 @@ rule mixing_propagate:
         "results/{model}/{corpus}/benchmarks/mixing_propagate.tsv"
     conda:
         "../envs/model.yaml"
-    threads: 4
+    threads: MODEL_THREADS
     resources:
         gpu=gpu_count,
         slurm_partition=partition,

@@ -31,7 +31,7 @@ rule norms_affine:
         "results/{model}/benchmarks/norms_affine.tsv"
     conda:
         "../envs/model.yaml"
-    threads: 4
+    threads: MODEL_THREADS
     resources:
         gpu=gpu_count,
         slurm_partition=partition,
@@ -54,7 +54,7 @@ rule norms_shard:
         "results/{model}/{corpus}/benchmarks/norms_shard_{shard}.tsv"
     conda:
         "../envs/model.yaml"
-    threads: 4
+    threads: MODEL_THREADS
     resources:
         gpu=gpu_count,
         slurm_partition=partition,
@@ -83,7 +83,7 @@ rule norms_compute:
         "results/{model}/{corpus}/benchmarks/norms_compute.tsv"
     conda:
         "../envs/model.yaml"
-    threads: 4
+    threads: MODEL_THREADS
     resources:
         gpu=gather_gpu_count,
         slurm_partition=gather_partition,
@@ -114,7 +114,7 @@ rule norms_sink_card:
         "results/{model}/{corpus}/benchmarks/norms_sink_card.tsv"
     conda:
         "../envs/model.yaml"
-    threads: 4
+    threads: MODEL_THREADS
     resources:
         gpu=gpu_count,
         slurm_partition=partition,
@@ -122,5 +122,6 @@ rule norms_sink_card:
         batch_size=config["batch_size"],
         sink_epsilon=NORMS["sink_epsilon"],
         sink_positions=NORMS["sink_positions"],
+        sink_sequences=NORMS["sink_sequences"],
     script:
         "../scripts/norms_sink_card.py"

@@ -46,7 +46,7 @@ rule position_svd:
         "results/{model}/benchmarks/position_svd.tsv"
     conda:
         "../envs/model.yaml"
-    threads: 4
+    threads: MODEL_THREADS
     params:
         include_bias=POSITION["include_bias"],
     script:
@@ -67,7 +67,7 @@ rule position_shard:
         "results/{model}/{corpus}/benchmarks/position_shard_{shard}.tsv"
     conda:
         "../envs/model.yaml"
-    threads: 4
+    threads: MODEL_THREADS
     resources:
         gpu=gpu_count,
         slurm_partition=partition,
@@ -97,7 +97,7 @@ rule position_corpus:
         "results/{model}/{corpus}/benchmarks/position_corpus.tsv"
     conda:
         "../envs/model.yaml"
-    threads: 4
+    threads: MODEL_THREADS
     resources:
         gpu=gather_gpu_count,
         slurm_partition=gather_partition,
@@ -142,7 +142,7 @@ rule position_rotary:
         "results/{model}/{corpus}/benchmarks/position_rotary.tsv"
     conda:
         "../envs/model.yaml"
-    threads: 4
+    threads: MODEL_THREADS
     resources:
         gpu=gpu_count,
         slurm_partition=partition,

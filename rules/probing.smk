@@ -26,7 +26,7 @@ rule probing_syntax:
         "results/{model}/{corpus}/benchmarks/probing_syntax.tsv"
     conda:
         "../envs/model.yaml"
-    threads: 4
+    threads: MODEL_THREADS
     resources:
         gpu=gpu_count,
         slurm_partition=partition,
@@ -51,7 +51,7 @@ rule probing_probe:
         "results/{model}/{corpus}/benchmarks/probing_probe.tsv"
     conda:
         "../envs/model.yaml"
-    threads: 2
+    threads: MODEL_THREADS
     params:
         sources=PROBING["sources"],
         seed=PROBING["seed"],
@@ -77,7 +77,7 @@ rule probing_coref:
         "results/{model}/{corpus}/benchmarks/probing_coref.tsv"
     conda:
         "../envs/model.yaml"
-    threads: 4
+    threads: MODEL_THREADS
     resources:
         gpu=gpu_count,
         slurm_partition=partition,

@@ -30,7 +30,7 @@ rule views_pages:
         "results/{model}/{corpus}/benchmarks/views_pages.tsv"
     conda:
         "../envs/model.yaml"
-    threads: 2
+    threads: MODEL_THREADS
     resources:
         gpu=gpu_count,
         slurm_partition=partition,

@@ -24,7 +24,7 @@ rule weights_shard:
         "results/{model}/{corpus}/benchmarks/weights_shard_{shard}.tsv"
     conda:
         "../envs/model.yaml"
-    threads: 4
+    threads: MODEL_THREADS
     resources:
         gpu=gpu_count,
         slurm_partition=partition,
@@ -49,7 +49,7 @@ rule weights_stats:
         "results/{model}/{corpus}/benchmarks/weights_stats.tsv"
     conda:
         "../envs/model.yaml"
-    threads: 4
+    threads: MODEL_THREADS
     resources:
         gpu=gather_gpu_count,
         slurm_partition=gather_partition,
@@ -74,7 +74,7 @@ rule weights_distances:
         "results/{model}/{corpus}/benchmarks/weights_distances.tsv"
     conda:
         "../envs/model.yaml"
-    threads: 4
+    threads: MODEL_THREADS
     resources:
         gpu=gpu_count,
         slurm_partition=partition,
@@ -105,7 +105,7 @@ rule weights_gradients:
         "results/{model}/{corpus}/benchmarks/weights_gradients.tsv"
     conda:
         "../envs/model.yaml"
-    threads: 4
+    threads: MODEL_THREADS
     resources:
         gpu=gpu_count,
         slurm_partition=partition,

@@ -41,13 +41,14 @@ loaded = open_model(
 weights, device, batch_size = loaded.weights, loaded.device, params.batch_size
 tokenizer = AutoTokenizer.from_pretrained(loaded.manifest["path"])
 with HiddenStates(snakemake.input.hidden_states) as store:
-    found = sink_attention(store, weights, params.sink_positions, batch_size, device)
+    limit = params.sink_sequences or len(store.lengths)
+    found = sink_attention(store, weights, params.sink_positions, batch_size, device, limit)
     with files.scratch_folder(Path(output.heads).parent, "sink-control-") as scratch:
         encoded, states = scratch / "encoded.h5", scratch / "states.h5"
         with h5py.File(encoded, "w") as f:
             for name in TOKEN_ARRAYS:
-                f[name] = getattr(store, name)
-            f["input_ids"][...] = repeated_token_ids(store.input_ids, store.category)
+                f[name] = getattr(store, name)[:limit]
+            f["input_ids"][...] = repeated_token_ids(f["input_ids"][...], f["category"][...])
         if loaded.route == "layer-streamed":
             extract_streamed(loaded.manifest["path"], encoded, states, batch_size, device)
         else:

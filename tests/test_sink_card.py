@@ -256,3 +256,22 @@ def test_the_intervention_table_on_both_loading_routes(tmp_path):
     streamed = tables["layer-streamed"].set_index("variant")
     np.testing.assert_allclose(streamed["loss"], whole["loss"], rtol=1e-5)
     np.testing.assert_allclose(sinks["layer-streamed"], sinks["whole-model"], rtol=1e-5)
+
+
+def test_the_card_over_the_first_sequences_averages_only_their_rows(tmp_path):
+    """`sink_attention(..., limit=2)` of a tiny Llama's 4-sequence store: per layer and head,
+    the mean of the model's own alpha_i0 over rows 1 <= i < 5 of the first 2 sequences
+    (every row real: the tiny sequences have no padding in those rows)."""
+    path, model, manifest = write_tiny_model_run(tmp_path, "llama", head="causal")
+    loaded = open_model(manifest, loading="whole-model")
+    with HiddenStates(path) as store:
+        limited = sink_attention(store, loaded.weights, 5, 3, limit=2).head_means()
+        every = sink_attention(store, loaded.weights, 5, 3).head_means()
+        ids = torch.from_numpy(store.input_ids[:2].astype(np.int64))
+        mask = torch.from_numpy(store.attention_mask[:2].astype(np.int64))
+    assert mask[:, :5].all()
+    with torch.no_grad():
+        attentions = model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+    want = np.stack([a[:, :, 1:5, 0].mean((0, 2)).numpy() for a in attentions])  # [L, H]
+    np.testing.assert_allclose(limited, want, rtol=1e-5)
+    assert not np.allclose(limited, every)  # the other two sequences count without the limit

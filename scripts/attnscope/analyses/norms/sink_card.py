@@ -96,13 +96,15 @@ def sink_attention(
     positions: int,
     batch_size: int,
     device: str = "cpu",
+    limit: int | None = None,
 ) -> SinkAttention:
-    """`SinkAttention` of a store: every layer's alpha recomputed from its stored input, one
-    layer at a time (one layer's weights read at a time on the layer-streamed route)."""
+    """`SinkAttention` of a store's first `limit` sequences (all if None): every layer's alpha
+    recomputed from its stored input, one layer at a time (one layer's weights read at a time
+    on the layer-streamed route)."""
     found = SinkAttention(weights.n_layers, weights.n_heads, store.length, positions)
     for l in range(weights.n_layers):
         layer = weights.layers[l]
-        for batch in store.batches(l, batch_size, device):
+        for batch in store.batches(l, batch_size, device, limit):
             with torch.no_grad():
                 alpha = attention_probs(batch.X, batch.mask, layer)
             found.add_batch(l, alpha, sink_rows(batch.mask, layer))
