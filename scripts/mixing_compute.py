@@ -27,6 +27,8 @@ def analyse(loaded, store, maps, layers):
         maps_dtype=params.maps_dtype,
         log=log,
         layers=layers,
+        # working memory only: the same maps with any value, so changing it reruns nothing
+        memory_budget_mb=snakemake.config["memory_budget_mb"],
     )
 
 

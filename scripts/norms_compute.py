@@ -26,6 +26,7 @@ def analyse(loaded, store, maps, layers):
         maps_dtype=params.maps_dtype,
         log=log,
         layers=layers,
+        memory_budget_mb=snakemake.config["memory_budget_mb"],  # working memory: same maps
     )
 
 

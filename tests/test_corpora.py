@@ -154,6 +154,32 @@ def test_wiki512_windows_are_all_text(minilm):
         assert (np.diff(word_ids[first_word:]) >= 0).all()
 
 
+@pytest.mark.parametrize("max_length", [64, 4096])
+def test_wiki_windows_are_the_stream_cut_without_overlap_or_gap(minilm, bpe, max_length):
+    """Window k of kind wiki_windows is START + pieces k(L-1) .. (k+1)(L-1) of WikiText-2's
+    paragraphs joined as running text, tokenized here in one call; wiki512 is the same kind."""
+    from attnscope.data.corpora.wiki import paragraphs
+
+    files = data("wiki_windows")
+    text = []
+    for _, words in paragraphs(files):
+        text += words
+        if len(text) > 6 * max_length:  # at least 3 windows' pieces
+            break
+    for tokenizer in (minilm, bpe):
+        stream = tokenizer(" ".join(text), add_special_tokens=False)["input_ids"]
+        settings = {"n_sequences": 3, "max_length": max_length}
+        corpus = encode_corpus("wiki_windows", files, tokenizer, settings)
+        start, _ = special_ids(tokenizer)
+        assert corpus.input_ids.shape == (3, max_length)
+        assert (corpus.input_ids[:, 0] == start).all()
+        joined = corpus.input_ids[:, 1:].reshape(-1)
+        assert joined.tolist() == stream[: len(joined)]
+        alias = encode_corpus("wiki512", data("wiki512"), tokenizer, settings)
+        assert (alias.input_ids == corpus.input_ids).all()
+        assert (alias.word_ids == corpus.word_ids).all()
+
+
 def test_ewt_gold_trees(minilm):
     corpus = encode_corpus("ewt", data("ewt"), minilm, {"n_sequences": 12})
     _, sep = special_ids(minilm)
@@ -388,6 +414,23 @@ def test_texts_encode_like_the_tokenizer_itself(minilm, bpe):
     assert bpe.decode(ids[1:-1], clean_up_tokenization_spaces=False) == (
         "A cat sat.<|endoftext|>It purred."
     )
+
+
+def test_a_long_text_is_one_sequence_of_the_tokenizers_ids(minilm):
+    """A texts corpus takes a text of thousands of pieces whole when max_length allows it."""
+    text = " ".join(" ".join(words) for _, words in _first_paragraphs(30))
+    expected = minilm(text)["input_ids"]
+    assert len(expected) > 2048
+    corpus = encode_corpus("texts", [], minilm, {"texts": [text], "max_length": 8192})
+    assert corpus.input_ids.shape == (1, len(expected))
+    assert corpus.input_ids[0].tolist() == expected
+    check_words_bert(corpus, minilm)
+
+
+def _first_paragraphs(n: int) -> list[tuple[bool, list[str]]]:
+    from attnscope.data.corpora.wiki import paragraphs
+
+    return [p for _, p in zip(range(n), paragraphs(data("wiki")), strict=False)]
 
 
 def test_a_typed_special_token_stays_one_piece(minilm, bpe):

@@ -149,6 +149,12 @@ def test_head_summed_norms_equal_direct():
     fx = torch.randn(2, 3, 5, 7, generator=g)
     direct = (alpha[..., None] * fx[:, :, None]).sum(1).norm(dim=-1)  # [B, H, n, n, d] route
     torch.testing.assert_close(head_summed_norms(alpha, fx), direct, rtol=1e-5, atol=1e-6)
+    # issue 37: in query chunks (a budget of 2 rows of 3 float64 [B, H, n] slices: 5 = 2+2+1)
+    whole = head_summed_norms(alpha, fx)
+    two_rows = 2 * 3 * 8 * 2 * 3 * 5 / 2**20
+    for budget in (two_rows, 1e-9):
+        chunked = head_summed_norms(alpha, fx, memory_budget_mb=budget)
+        torch.testing.assert_close(chunked, whole, rtol=1e-6, atol=0)
 
 
 def test_moments_equal_numpy():

@@ -1009,9 +1009,9 @@ def test_a_key_given_twice_in_a_config_file_fails_before_any_job(tmp_path):
 @pytest.mark.parametrize(
     "change, messages",
     [
-        (
-            {"corpora": {"wiki": {"max_length": 100000}}},
-            ["corpora.wiki.max_length is 100000", "at most 512 positions"],
+        (  # issue 37: a long window, here of a model of 512 positions
+            {"corpora": {"wiki512": {"kind": "wiki_windows", "max_length": 4096}}},
+            ["corpora.wiki512.max_length is 4096 for model 'tiny'", "at most 512 positions"],
         ),
         # issue 35, item 8: one piece twice (the tokenizer lowercases), read before any job
         (

@@ -4,17 +4,29 @@ from __future__ import annotations
 
 import torch
 
+MEMORY_BUDGET_MB = 1024  # default working memory of one query chunk (config memory_budget_mb)
+FLOAT64_COPIES = 3  # [B, H, c, n] float64 tensors alive at once in a chunk
 
-def head_summed_norms(alpha: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
+
+def head_summed_norms(
+    alpha: torch.Tensor, fx: torch.Tensor, memory_budget_mb: float = MEMORY_BUDGET_MB
+) -> torch.Tensor:
     """||sum_h alpha^h_ij f^h(x_j)|| for every query i and key j.  -> [B, n, n]
 
     alpha [B, H, n, n], fx [B, H, n, d].
 
     With a = alpha[:, i, j] over heads and the Gram matrix G_j = F_j F_j^T [H, H] of the
-    f^h(x_j), ||sum_h a_h f^h(x_j)||^2 = a^T G_j a. Memory O(B H n^2 + B n H^2): no
-    [B, H, n, n, d] tensor. The quadratic form runs in float64 (heads may cancel).
+    f^h(x_j), ||sum_h a_h f^h(x_j)||^2 = a^T G_j a. No [B, H, n, n, d] tensor: the quadratic
+    form runs in float64 (heads may cancel) for as many queries at a time as fit in
+    `memory_budget_mb` MiB, so beyond the [B, n, n] result the memory is O(B n H^2) plus
+    the budget.
     """
+    B, H, n, _ = alpha.shape
     gram = torch.einsum("bhjd,bgjd->bjhg", fx, fx).double()
-    a = alpha.double()
-    squared = (torch.einsum("bhij,bjhg->bgij", a, gram) * a).sum(1)
-    return squared.clamp_min(0).sqrt().to(alpha.dtype)
+    rows = max(1, int(memory_budget_mb * 2**20 // (FLOAT64_COPIES * 8 * B * H * max(1, n))))
+    out = alpha.new_empty(B, n, n)
+    for i0 in range(0, n, rows):
+        a = alpha[:, :, i0 : i0 + rows].double()
+        squared = (torch.einsum("bhij,bjhg->bgij", a, gram) * a).sum(1)
+        out[:, i0 : i0 + rows] = squared.clamp_min(0).sqrt()
+    return out

@@ -49,8 +49,14 @@ The same stages carry any split of X into parts of other sources (`Carried`, e.g
 tokens carried through the whole depth by `propagation`): attention then mixes every part
 through W_V W_O (`carried_attention`) and the FF reads the parts without head factors.
 
-Memory: at most three [B, n, n, d] tensors at once; the FF is applied to a chunk of queries at
-a time, so the [B, n, chunk, d_ff] pre-activation parts stay under `FF_CHUNK_ELEMENTS`.
+Memory: every stage of query i reads only row i of the parts and per-token quantities of
+token i (a norm's scale, the FF's IG coefficients), so a layer can be decomposed for a block
+of queries at a time (`queries`): its stages hold parts [B, c, n, d] (c queries, every key),
+at most `STAGE_COPIES` of them at once. `query_chunk` picks c from a memory budget (the
+config's `memory_budget_mb`), so that the working memory stays within the budget and what
+grows with n^2 is only the [B, n, n] maps. Within a stage the FF is applied to a sub-chunk of
+queries at a time, so the [B, keys, chunk, d_ff] pre-activation parts stay under
+`FF_CHUNK_ELEMENTS`.
 """
 
 from __future__ import annotations
@@ -64,23 +70,39 @@ from attnscope.core.attention import attention_probs, through, value_vectors
 from attnscope.core.canonical import CanonicalLayer, CanonicalLayerNorm
 from attnscope.maps.scopes import SCOPES, VECTOR_SCOPES, WEIGHT_SCOPES  # noqa: F401
 
+MEMORY_BUDGET_MB = 1024  # default working memory of one query chunk's stages (config key)
+STAGE_COPIES = 4  # [B, c, n, d] tensors alive at once in a chunk's stages (parts, the residual
+# parts, the FF parts, a norm's centred copy)
 FF_CHUNK_ELEMENTS = 2**22  # [B, n, chunk, d_ff] float32 pre-activation parts: <= 16 MiB (faster
 # than 64 MiB chunks at BERT-base shapes: benchmarks/bench_mixing.py)
 
 
+def query_chunk(batch: int, n: int, width: int, itemsize: int, budget_mb: float) -> int:
+    """Queries per chunk so that `STAGE_COPIES` tensors [batch, chunk, n, width] of `itemsize`
+    bytes per value fit in `budget_mb` MiB (at least 1, at most n)."""
+    row = STAGE_COPIES * batch * n * width * itemsize
+    return max(1, min(n, int(budget_mb * 2**20 // max(1, row))))
+
+
 @dataclass
 class Stage:
-    """One scope of a layer: parts z [B, n, n, d] (query i, key j) and bias [B, n, d];
+    """One scope of a layer: parts z [B, c, n, d] (query i, key j) and bias [B, c, d] for the
+    c queries from `offset` on (all n from 0 unless the layer is decomposed in query chunks);
     `factors`: the same parts in factored form, where a stage has one (AttnResLn)."""
 
     scope: str
     parts: torch.Tensor
     bias: torch.Tensor
     factors: HeadFactors | None = None
+    offset: int = 0
 
     def total(self) -> torch.Tensor:
-        """sum_j z_ij + bias_i: the module output this stage rebuilds.  [B, n, d]"""
+        """sum_j z_ij + bias_i: the module output this stage rebuilds.  [B, c, d]"""
         return self.parts.sum(2) + self.bias
+
+    def queries(self) -> slice:
+        """The positions of this stage's query rows."""
+        return slice(self.offset, self.offset + self.parts.shape[1])
 
 
 def weight_maps(alpha: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -95,9 +117,10 @@ def attention_parts(alpha: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
     return torch.einsum("bhij,bhjd->bijd", alpha, fx)
 
 
-def add_residual(parts: torch.Tensor, X: torch.Tensor) -> torch.Tensor:
-    """parts + x_i at j = i (in place).  parts [B, n, n, d], X [B, n, d]"""
-    parts.diagonal(dim1=1, dim2=2).add_(X.transpose(1, 2))
+def add_residual(parts: torch.Tensor, X: torch.Tensor, offset: int = 0) -> torch.Tensor:
+    """parts + x_i at j = i (in place), for the queries from position `offset` on.
+    parts [B, c, n, d], X [B, c, d] (those queries' inputs)"""
+    parts.diagonal(offset=offset, dim1=1, dim2=2).add_(X.transpose(1, 2))
     return parts
 
 
@@ -139,11 +162,13 @@ class HeadFactors:
 
         z_ij = gamma * C(sum_h alpha^h_ij f^h_j + [i = j] x_i) / s_i,   C(v) = v - mean_d(v)
 
-    alpha [B, H, n, n], fx = f^h(x_j) [B, H, n, d], X = x_i [B, n, d] (the residual),
-    gamma [d], s [B, n, 1] (the LayerNorm's scale from the whole sum); `centred` False for
-    RMSNorm (C is the identity). A norm on the attention block's own output (Gemma-2's
-    sandwich) is folded in by the caller: alpha divided by its scale per query, fx multiplied
-    by its gamma (and centred for LayerNorm).
+    alpha [B, H, c, n], fx = f^h(x_j) [B, H, n, d], X = x_i [B, c, d] (the residual),
+    gamma [d], s [B, c, 1] (the LayerNorm's scale from the whole sum) for the c queries from
+    position `offset` on; `centred` False for RMSNorm (C is the identity). A norm on the
+    attention block's own output (Gemma-2's sandwich) is folded in by the caller: alpha
+    divided by its scale per query, fx multiplied by its gamma (and centred for LayerNorm).
+    `memo`: a dict shared by the query chunks of one layer, which keeps the head vectors
+    times W (computed once per layer).
     """
 
     alpha: torch.Tensor
@@ -152,25 +177,32 @@ class HeadFactors:
     gamma: torch.Tensor
     s: torch.Tensor
     centred: bool = True
+    offset: int = 0
+    memo: dict | None = None
 
     def _centre(self, v: torch.Tensor) -> torch.Tensor:
         return centred(v) if self.centred else v
 
     def times(self, W: torch.Tensor) -> Callable[..., torch.Tensor]:
         """z_ij W for a chunk of queries, mixed from the head vectors: (i0, i1, keys) ->
-        [B, keys (key j < keys), i1 - i0 (query i), d_out]. W [d, d_out] is applied once, to
-        the H n head vectors and n residual vectors, not to the n^2 parts."""
+        [B, keys (key j < keys), i1 - i0 (query i, rows i0:i1 of this block), d_out]. W
+        [d, d_out] is applied once, to the H n head vectors and c residual vectors, not to
+        the n^2 parts."""
         W_gamma = self.gamma[:, None] * W
-        heads = self._centre(self.fx) @ W_gamma  # [B, H, n, d_out]
-        heads = heads.transpose(1, 2)  # [B, n (j), H, d_out]
-        residual = self._centre(self.X) @ W_gamma  # [B, n, d_out]
+        memo = {} if self.memo is None else self.memo
+        kept = memo.get("W")
+        if kept is None or kept.shape != W.shape or not torch.equal(kept, W):
+            heads = self._centre(self.fx) @ W_gamma  # [B, H, n, d_out]
+            memo.update(W=W, heads=heads.transpose(1, 2))  # [B, n (j), H, d_out]
+        heads = memo["heads"]
+        residual = self._centre(self.X) @ W_gamma  # [B, c, d_out]
 
         def chunk(i0: int, i1: int, keys: int | None = None) -> torch.Tensor:
             keys = heads.shape[1] if keys is None else keys
             scale = 1 / self.s[:, i0:i1]  # [B, c, 1]
             weights = (self.alpha[:, :, i0:i1, :keys] * scale[:, None]).permute(0, 3, 2, 1)
             u = weights @ heads[:, :keys]  # [B, keys (j), c (i), H] @ [B, keys, H, d_out]
-            own = u.diagonal(offset=-i0, dim1=1, dim2=2)  # (j = i) entries, [B, d_out, c]
+            own = u.diagonal(offset=-(self.offset + i0), dim1=1, dim2=2)  # j = i, [B, d_out, c]
             own.add_((residual[:, i0:i1] * scale).transpose(1, 2))
             return u
 
@@ -183,6 +215,7 @@ def feed_forward_parts(
     layer: CanonicalLayer,
     ig_steps: int,
     factors: HeadFactors | None = None,
+    offset: int = 0,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The FF block applied to the parts, its activation split by IG (zero baseline).
 
@@ -191,13 +224,14 @@ def feed_forward_parts(
     and mixture-of-experts blocks stack their pre-activations side by side). Part j ->
     fold((z_ij W_pre) * c_i) W_post; bias -> fold((bias_i W_pre + b_pre) * c_i) W_post + b_out
     (`fold` adds a gated block's gate and input shares before W_out).
-    Returns (parts [B, n, n, d], bias [B, n, d], the real FF output FF(h) [B, n, d] for the
-    completeness check). `factors`: the same parts in factored form, which makes z_ij W_pre
-    n/H times cheaper (module docstring); without them z_ij W_pre is computed from `parts`.
-    Queries are processed in chunks: no [B, n, n, m] tensor. In a causal layer the parts of
+    Returns (parts [B, c, n, d], bias [B, c, d], the real FF output FF(h) [B, c, d] for the
+    completeness check), for the c queries of `parts` (from position `offset` on).
+    `factors`: the same parts in factored form, which makes z_ij W_pre n/H times cheaper
+    (module docstring); without them z_ij W_pre is computed from `parts`. Queries are
+    processed in sub-chunks: no [B, c, n, m] tensor. In a causal layer the parts of
     keys after the chunk's last query are 0 at this stage and are skipped (half the work).
     """
-    B, n, _, _ = parts.shape
+    B, c, n, _ = parts.shape
     total = parts.sum(2) + bias
     lin = layer.ff.linearise(total, ig_steps)
     m = lin.W_pre.shape[1]
@@ -210,9 +244,9 @@ def feed_forward_parts(
         pre_activation = factors.times(lin.W_pre)
     out = torch.zeros_like(parts)
     chunk = max(1, FF_CHUNK_ELEMENTS // max(1, B * n * m))
-    for i0 in range(0, n, chunk):
-        i1 = min(n, i0 + chunk)
-        keys = i1 if layer.causal else n
+    for i0 in range(0, c, chunk):
+        i1 = min(c, i0 + chunk)
+        keys = offset + i1 if layer.causal else n
         u = pre_activation(i0, i1, keys).mul_(lin.c[:, None, i0:i1])  # [B, keys, c (i), m]
         out[:, i0:i1, :keys] = (lin.fold(u) @ lin.W_post).transpose(1, 2)
     new_bias = lin.fold((bias @ lin.W_pre + lin.b_pre) * lin.c) @ lin.W_post + lin.b_out
@@ -273,6 +307,8 @@ def layer_stages(
     ig_steps: int = 0,
     completeness: dict | None = None,
     carried: Carried | None = None,
+    queries: tuple[int, int] | None = None,
+    memo: dict | None = None,
 ) -> Iterator[Stage]:
     """Yield the six vector stages of one layer in module order (see the module docstring).
 
@@ -286,12 +322,24 @@ def layer_stages(
     from the embeddings); the stages then hold parts [B, n, m, d] of those sources. None:
     the parts of X are its own tokens (x_i is the one part at j = i), m = n. The norms' scales
     and the FF's IG coefficients depend only on each token's total, so both splits are exact.
+
+    `queries` (i0, i1): decompose only those queries (parts [B, i1 - i0, n, d]; the module
+    docstring's Memory); not with `carried`. `memo`: a dict kept across the query chunks of
+    one layer (its attention, value vectors and FF head factors are computed once).
     """
-    alpha = attention_probs(X, mask, layer)
+    memo = {} if memo is None else memo
+    if "alpha" not in memo:
+        memo["alpha"] = attention_probs(X, mask, layer)
+    q0, q1 = (0, X.shape[1]) if queries is None else queries
+    if carried is not None and (q0, q1) != (0, X.shape[1]):
+        raise ValueError("a carried split is decomposed for every query at once")
+    alpha, Xq = memo["alpha"][:, :, q0:q1], X[:, q0:q1]
     if carried is None:
-        fx = value_vectors(X, layer)
+        if "fx" not in memo:
+            memo["fx"] = value_vectors(X, layer)
+        fx = memo["fx"]
         parts = attention_parts(alpha, fx)
-        bias = layer.b_O.expand_as(X).clone()
+        bias = layer.b_O.expand_as(Xq).clone()
     else:
         parts, bias = carried_attention(alpha, carried, layer)
     if layer.post_attn is not None:  # sandwich / OLMo-2: a norm on the block's output
@@ -300,47 +348,52 @@ def layer_stages(
         parts, bias = layer_norm_parts(parts, bias, post, s_post)
         if carried is None:
             alpha = alpha / s_post[:, None]  # the factored form of the normed parts
-            fx = post.gamma * post.centre(fx)
-    yield Stage("Attn", parts, bias)
+            if "fx_post" not in memo:
+                memo["fx_post"] = post.gamma * post.centre(fx)
+            fx = memo["fx_post"]
+    yield Stage("Attn", parts, bias, offset=q0)
     if carried is None:
-        parts = add_residual(parts, X)
+        parts = add_residual(parts, Xq, q0)
     else:
         parts, bias = parts.add_(carried.parts), bias + carried.bias
-    yield Stage("AttnRes", parts, bias)
+    yield Stage("AttnRes", parts, bias, offset=q0)
     residual_parts, residual_bias = parts, bias  # pre-LN: the residual around FF is AttnRes
     if layer.parallel and carried is not None:  # the FF reads (its norm of) X
         parts, bias = carried.parts, carried.bias
     elif layer.parallel:  # ... whose parts are the tokens themselves
         alpha, fx = alpha[:, :0], fx[:, :0]
         parts = torch.zeros_like(parts)
-        add_residual(parts, X)
+        add_residual(parts, Xq, q0)
         bias = torch.zeros_like(bias)
     ln = layer.ln_ff if layer.pre_ln else layer.ln_attn
     factors = None  # a carried split has no factored form
     if ln is None and carried is None:  # OLMo-2: the FF reads the stream itself
-        ones = torch.ones_like(X[..., :1])
-        factors = HeadFactors(alpha, fx, X, torch.ones_like(X[0, 0]), ones, centred=False)
+        ones = torch.ones_like(Xq[..., :1])
+        factors = HeadFactors(
+            alpha, fx, Xq, torch.ones_like(X[0, 0]), ones, False, q0, memo.setdefault("ff", {})
+        )
     elif ln is not None:
         scale = layer_norm_scale(parts.sum(2) + bias, ln)
         if carried is None:
-            factors = HeadFactors(alpha, fx, X, ln.gamma, scale, ln.centred)
+            ff_memo = memo.setdefault("ff", {})
+            factors = HeadFactors(alpha, fx, Xq, ln.gamma, scale, ln.centred, q0, ff_memo)
         parts, bias = layer_norm_parts(parts, bias, ln, scale)
     if not layer.pre_ln:  # post-LN: the residual around FF is AttnResLn
         residual_parts, residual_bias = parts, bias
-    yield Stage("AttnResLn", parts, bias, factors)
-    ff_parts, ff_bias, ff_real = feed_forward_parts(parts, bias, layer, ig_steps, factors)
+    yield Stage("AttnResLn", parts, bias, factors, q0)
+    ff_parts, ff_bias, ff_real = feed_forward_parts(parts, bias, layer, ig_steps, factors, q0)
     del factors, alpha
     ff_parts, ff_bias = _normed(ff_parts, ff_bias, layer.post_ff)
     if completeness is not None:
         completeness["ff_real"] = through(layer.post_ff, ff_real)
     del parts
-    yield Stage("AttnResLnFf", ff_parts, ff_bias)
+    yield Stage("AttnResLnFf", ff_parts, ff_bias, offset=q0)
     parts = ff_parts.add_(residual_parts)
     del residual_parts
     bias = ff_bias + residual_bias
-    yield Stage("AttnResLnFfRes", parts, bias)
+    yield Stage("AttnResLnFfRes", parts, bias, offset=q0)
     parts, bias = _normed(parts, bias, closing_ln if layer.pre_ln else layer.ln_ff)
-    yield Stage("AttnResLnFfResLn", parts, bias)
+    yield Stage("AttnResLnFfResLn", parts, bias, offset=q0)
 
 
 def closing_layer_norm(layers: list[CanonicalLayer], final_ln, index: int):

@@ -12,10 +12,13 @@ from attnscope.core.attention import attention_probs, layer_visible_pairs
 from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
 from attnscope.maps.layer_decomposition import (
+    MEMORY_BUDGET_MB,
     SCOPES,
+    VECTOR_SCOPES,
     Stage,
     closing_layer_norm,
     layer_stages,
+    query_chunk,
     reference_outputs,
     weight_maps,
 )
@@ -33,26 +36,43 @@ def layer_scope_maps(
     ig_steps: int,
     residuals: ResidualLog,
     on_stage: Callable[[Stage], None] | None = None,
+    memory_budget_mb: float = MEMORY_BUDGET_MB,
 ) -> dict[str, torch.Tensor]:
     """Every scope's map of layer `l` (0-based) for one batch.  {scope: [B, n, n]}
 
     X [B, n, d] the layer input, mask [B, n]; X_next [B, n, d] the stored next hidden state
-    (None: recomputed). Each stage is checked against the real module output (`residuals`
-    raises above its bound) and handed to `on_stage` before the next one overwrites it.
-    Invisible pairs and padding rows are 0.
+    (None: recomputed). The layer is decomposed in query chunks whose stages fit in
+    `memory_budget_mb` MiB (`layer_decomposition.query_chunk`): only the maps are [B, n, n].
+    Each stage of each chunk is handed to `on_stage` before the next one overwrites it
+    (`Stage.queries()` says which rows it holds); once every chunk is done, each stage's
+    rebuilt output is checked against the real module output (`residuals` raises above its
+    bound). Invisible pairs and padding rows are 0.
     """
     layer = weights.layers[l]
     closing = closing_layer_norm(weights.outline, weights.final_ln, l)
     y = architecture(model.config.model_type).attention_output(model, l, X, mask)
     reference = reference_outputs(X, y, layer, closing, X_next)
-    maps = weight_maps(attention_probs(X, mask, layer))
-    extra: dict = {}
-    for stage in layer_stages(X, mask, layer, closing, ig_steps, extra):
-        residuals.add(l + 1, stage.scope, stage.total(), reference[stage.scope], mask)
-        if stage.scope == "AttnResLnFf":
-            residuals.add(l + 1, COMPLETENESS, stage.total(), extra["ff_real"], mask)
-        maps[stage.scope] = stage.parts.norm(dim=-1)
-        if on_stage is not None:
-            on_stage(stage)
+    memo = {"alpha": attention_probs(X, mask, layer)}
+    maps = weight_maps(memo["alpha"])
+    B, n, d = X.shape
+    totals = {scope: torch.empty_like(X) for scope in (*VECTOR_SCOPES, COMPLETENESS)}
+    for scope in VECTOR_SCOPES:
+        maps[scope] = X.new_empty(B, n, n)
+    chunk = query_chunk(B, n, d, X.element_size(), memory_budget_mb)
+    for q0 in range(0, n, chunk):
+        extra: dict = {}
+        queries = (q0, min(n, q0 + chunk))
+        for stage in layer_stages(X, mask, layer, closing, ig_steps, extra, None, queries, memo):
+            rows = stage.queries()
+            totals[stage.scope][:, rows] = stage.total()
+            if stage.scope == "AttnResLnFf":
+                totals[COMPLETENESS][:, rows] = extra["ff_real"]
+            maps[stage.scope][:, rows] = stage.parts.norm(dim=-1)
+            if on_stage is not None:
+                on_stage(stage)
+    for scope in VECTOR_SCOPES:
+        residuals.add(l + 1, scope, totals[scope], reference[scope], mask)
+        if scope == "AttnResLnFf":
+            residuals.add(l + 1, COMPLETENESS, totals[scope], totals[COMPLETENESS], mask)
     keep = layer_visible_pairs(mask, layer)  # padding rows and keys are invisible too
     return {scope: maps[scope] * keep for scope in SCOPES}

@@ -3,7 +3,7 @@
 Per layer and batch: the layer's stages decomposed (`layer_decomposition.layer_stages`), each
 stage checked against the real module output, its norm map ||z_ij|| written to
 `maps.h5` `{scope}/{layer}`, and the statistics fed with the batch's maps. At most one batch of
-one layer's decomposition is in memory.
+one layer's decomposition is in memory, one query chunk of it at a time (`memory_budget_mb`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from attnscope.core.attention import layer_visible_pairs
 from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
-from attnscope.maps.layer_decomposition import SCOPES, WEIGHT_SCOPES
+from attnscope.maps.layer_decomposition import MEMORY_BUDGET_MB, SCOPES, WEIGHT_SCOPES
 from attnscope.maps.layer_maps import layer_scope_maps
 
 
@@ -49,10 +49,12 @@ def corpus_pass(
     maps_dtype: str,
     log: logging.Logger | None = None,
     layers: list[int] | None = None,
+    memory_budget_mb: float = MEMORY_BUDGET_MB,
 ) -> MixingResult:
     """Stream the store layer by layer; write `{scope}/{layer}` [N, L, L] into `maps`.
     `layers` (0-based; None: all): a layer shard's layers, whose result is `merged` with the
-    other shards'.
+    other shards'. `memory_budget_mb`: the working memory of one query chunk of a layer's
+    decomposition (`layer_maps.layer_scope_maps`).
 
     Every stage of every batch is checked against the real module output (attention from the
     module itself, the last residual state from the stored next hidden state when the store is
@@ -89,10 +91,20 @@ def corpus_pass(
                     X_next = X_next.to(device)
 
                 def add_ratio(stage, l=l, mask=mask):
-                    ratios.add(stage.scope, l, vector_mixing_ratio(stage.parts), mask)
+                    ratio = vector_mixing_ratio(stage.parts, stage.offset)
+                    ratios.add(stage.scope, l, ratio, mask[:, stage.queries()])
 
                 batch_maps = layer_scope_maps(
-                    model, weights, l, X, mask, X_next, ig_steps, residuals, add_ratio
+                    model,
+                    weights,
+                    l,
+                    X,
+                    mask,
+                    X_next,
+                    ig_steps,
+                    residuals,
+                    add_ratio,
+                    memory_budget_mb,
                 )
                 for scope in WEIGHT_SCOPES:
                     ratios.add(scope, l, weight_mixing_ratio(batch_maps[scope]), mask)

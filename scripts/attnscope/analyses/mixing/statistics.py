@@ -17,12 +17,13 @@ from attnscope.core.checks import require_finite
 from attnscope.core.streaming import Moments
 
 
-def vector_mixing_ratio(parts: torch.Tensor) -> torch.Tensor:
+def vector_mixing_ratio(parts: torch.Tensor, offset: int = 0) -> torch.Tensor:
     """||sum_{j != i} z_ij|| / (||sum_{j != i} z_ij|| + ||z_ii||) (Kobayashi 2021), bias left out.
 
-    parts [B, n, n, d] -> [B, n] (0/0 -> 0 for a token with no parts at all).
+    parts [B, c, n, d] of the c queries from position `offset` on -> [B, c] (0/0 -> 0 for a
+    token with no parts at all).
     """
-    own = parts.diagonal(dim1=1, dim2=2).transpose(1, 2)  # [B, n, d]
+    own = parts.diagonal(offset=offset, dim1=1, dim2=2).transpose(1, 2)  # [B, c, d]
     others = (parts.sum(2) - own).norm(dim=-1)
     total = others + own.norm(dim=-1)
     return torch.where(total > 0, others / total.clamp_min(1e-30), torch.zeros_like(total))

@@ -29,7 +29,7 @@ from attnscope.core.attention import (
 from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
-from attnscope.maps.head_norms import head_summed_norms
+from attnscope.maps.head_norms import MEMORY_BUDGET_MB, head_summed_norms
 
 
 def corpus_pass(
@@ -46,12 +46,14 @@ def corpus_pass(
     maps_dtype: str = "float32",
     log: logging.Logger | None = None,
     layers: list[int] | None = None,
+    memory_budget_mb: float = MEMORY_BUDGET_MB,
 ) -> tuple[NormsAccumulator, pd.DataFrame]:
     """Stream the store layer by layer; return the accumulator and the residual table.
 
     `layers` (0-based; None: all): a layer shard's layers. Its accumulator holds their rows
     only (and the last state's, if the last layer is among them), to be `merged` with the
-    other shards'.
+    other shards'. `memory_budget_mb`: the working memory of the head-summed map's query
+    chunks (`head_summed_norms`).
 
     Writes `maps/{l}` [N, L, L] (l 1-based; rows query i, columns key j; 0 where the pair
     does not count) into the open HDF5 file `maps`, batch by batch. Every batch's
@@ -83,7 +85,7 @@ def corpus_pass(
                 acc.sinks.add_batch(l, alpha, fx, batch.mask, sink_rows(batch.mask, layer))
                 acc.massive.add_batch(l, batch.X, batch.mask)
                 pairs = visible_pairs(batch.mask, layer.causal)
-                norm_map = head_summed_norms(alpha, fx) * pairs
+                norm_map = head_summed_norms(alpha, fx, memory_budget_mb) * pairs
             n = batch.X.shape[1]
             dataset[batch.start : batch.stop, :n, :n] = norm_map.cpu().numpy()
     if weights.n_layers - 1 in layers:

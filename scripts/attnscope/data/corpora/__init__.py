@@ -17,11 +17,11 @@ With mask_rate > 0, round(mask_rate * n) of the n non-special pieces of each seq
 replaced by the mask token (numpy default_rng(mask_seed), sequences in order); each sequence's
 meta then holds "masked" (positions) and "masked_ids" (the original ids, e.g. MLM labels).
 
-Each kind's reading and decisions are in the module named like it (wiki, wiki512, ewt, gap,
-clark, texts); `layout` holds what they share. Adding a kind: a module here with
-`read(files, pieces, settings)`, its entry in `KINDS`, and its block in config/schema.yaml
-(the `kind` enum) and in the Corpora table of docs/configuration.md (tests/test_corpora.py and
-tests/test_docs.py check them).
+Each kind's reading and decisions are in the module named like it (wiki, wiki_windows, ewt,
+gap, clark, texts; wiki512 is wiki_windows under the name older configs use); `layout` holds
+what they share. Adding a kind: a module here with `read(files, pieces, settings)`, its entry
+in `KINDS`, and its block in config/schema.yaml (the `kind` enum) and in the Corpora table of
+docs/configuration.md (tests/test_corpora.py and tests/test_docs.py check them).
 
 This module stays light (the workflow reads `KINDS` when it parses the Snakefile, without
 numpy): readers and the layout engine are imported when a corpus is built.
@@ -62,10 +62,12 @@ class CorpusKind:
     data_files: tuple[DataFile, ...] = ()  # the pinned public files it is built from, in order
     own_setting: str | None = None  # the setting the user must give (clark: path; texts: texts)
     own_setting_is_file: bool = False  # that setting names a file the corpus is built from
+    module: str | None = None  # the reader's module when not named like the kind (an alias)
 
     def read(self, files: list[str], pieces: Pieces, settings: dict) -> Iterator[Sequence]:
         """Candidate sequences from `files` (the data files) and `settings` (defaults filled)."""
-        return importlib.import_module(f"{__name__}.{self.name}").read(files, pieces, settings)
+        module = importlib.import_module(f"{__name__}.{self.module or self.name}")
+        return module.read(files, pieces, settings)
 
     def own_files(self, settings: dict) -> list[str]:
         """The user's file named by the kind's own setting ([path] for clark), else []."""
@@ -82,7 +84,8 @@ KINDS = {
     kind.name: kind
     for kind in (
         CorpusKind("wiki", WIKITEXT_2),
-        CorpusKind("wiki512", WIKITEXT_2),
+        CorpusKind("wiki_windows", WIKITEXT_2),
+        CorpusKind("wiki512", WIKITEXT_2, module="wiki_windows"),  # the name configs know
         CorpusKind(
             "ewt",
             _pinned(

@@ -1,9 +1,13 @@
-"""Kind wiki512: WikiText-2 (valid then test) as running text cut into full windows.
+"""Kind wiki_windows (and its alias wiki512): WikiText-2 (valid then test, about 500k pieces)
+as running text cut into contiguous windows of any length.
 
 The paragraphs (read as for kind wiki, headings dropped) are joined into one stream of pieces
-cut into consecutive windows of START + max_length - 1 pieces, no SEP. A word belongs to the
-window that holds its first piece; its pieces that spill into the next window get word id -1.
-A last, incomplete window is left out.
+cut into consecutive windows of START + max_length - 1 pieces, no SEP: window k holds stream
+pieces k * (max_length - 1) up to (k + 1) * (max_length - 1), without overlap or gap. A word
+belongs to the window that holds its first piece; its pieces that spill into the next window
+get word id -1. A last, incomplete window is left out. max_length may be anything up to the
+model's context (checked before any job): 512 is the position analyses' default (`wiki512`),
+4,096 a long window.
 """
 
 from __future__ import annotations
