@@ -149,3 +149,31 @@ def test_weights_that_miss_the_stored_states_fail_by_layer_and_stage(tmp_path, c
         changed(weights.layers[0]).mul_(1.01)  # the stored states come from the unchanged model
     with HiddenStates(path) as store, pytest.raises(CheckError, match=message):
         corpus_pass(store, weights, model, sequences=1, device="cpu", max_rel_residual=1e-4)
+
+
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_a_layer_subset_store_gives_the_whole_stores_sums_for_its_layers(tmp_path, family):
+    """`layers: [3]` of a 3-layer model keeps hidden/2 and hidden/3 alone: the split starts
+    from the embeddings it rebuilds, layer 1's output is recomputed, and layer 3's sums are
+    the whole store's."""
+    from conftest import tiny_model, write_tiny_encoded
+
+    from attnscope.pipeline.extract import extract
+
+    model = tiny_model(family, layers=3)
+    weights = canonical_weights(model)
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", family)
+    found = {}
+    for layers in ("all", [3]):
+        path = tmp_path / f"states-{layers}.h5"
+        extract(model, encoded, path, batch_size=3, device="cpu", layers=layers)
+        with HiddenStates(path) as store:
+            assert store.stores(1) == (layers == "all")
+            found[str(layers)] = corpus_pass(
+                store, weights, model, sequences=2, device="cpu", max_rel_residual=1e-4
+            )[0]
+    whole, subset = found["all"], found["[3]"]
+    assert sorted(subset.sums) == [(3, h) for h in range(1, 5)]
+    for key, sums in subset.sums.items():
+        for name, value in sums.items():
+            np.testing.assert_allclose(value, whole.sums[key][name], rtol=1e-4, atol=1e-6)

@@ -687,7 +687,7 @@ def test_a_layer_list_naming_every_layer_is_all_and_reruns_nothing(tiny_run):
     assert scheduled_rules(result) <= {"all", "config_snapshot"}
 
 
-FAMILY_NAMES = ["weights", "norms", "position", "mixing", "probing", "views"]
+FAMILY_NAMES = ["weights", "norms", "position", "mixing", "probing", "views", "attend"]
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
