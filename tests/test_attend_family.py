@@ -15,7 +15,8 @@ from attnscope.core.checks import CheckError
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CATEGORY_NAMES
 from attnscope.maps.attend import attend_split
-from conftest import write_tiny_store
+from attnscope.pipeline.extract import extract
+from conftest import tiny_model, write_tiny_encoded, write_tiny_store
 
 SEQUENCES = 2
 
@@ -156,10 +157,6 @@ def test_a_layer_subset_store_gives_the_whole_stores_sums_for_its_layers(tmp_pat
     """`layers: [3]` of a 3-layer model keeps hidden/2 and hidden/3 alone: the split starts
     from the embeddings it rebuilds, layer 1's output is recomputed, and layer 3's sums are
     the whole store's."""
-    from conftest import tiny_model, write_tiny_encoded
-
-    from attnscope.pipeline.extract import extract
-
     model = tiny_model(family, layers=3)
     weights = canonical_weights(model)
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", family)
