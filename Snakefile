@@ -62,6 +62,7 @@ localrules:
     mixing,
     probing,
     views,
+    attend,
 
 
 onstart:

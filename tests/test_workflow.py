@@ -122,6 +122,20 @@ def test_tiny_workflow_runs_every_rule(tiny_run):
         "not applicable: learned position embeddings (no rotary bands)"
     ]
     check_depth_outputs(mixing, n_layers=2, causal=False)
+    attend = check_attend_outputs(workdir / "results/tiny/wiki/attend", n_heads=4)
+    first = attend["lift"][attend["lift"]["layer"] == 1]
+    assert set(first["query"]) | set(first["key"]) <= {
+        "embed.word", "embed.position", "embed.type", "bias", "all"
+    }  # fmt: skip
+    assert set(attend["key_classes"]["keys"]) == {
+        "first",
+        "previous",
+        "self",
+        "CLS",
+        "SEP",
+        "punct",
+    }
+    assert attend["bands"]["status"].tolist() == ["not applicable: no rotary embedding"]
     # the pages' prediction rows: every [MASK] of the sequence, split as in prediction.tsv
     prediction = pd.read_csv(mixing / "prediction.tsv", sep="\t", keep_default_na=False)
     with h5py.File(workdir / "results/tiny/wiki_masked/hidden_states.h5", "r") as f:
@@ -143,6 +157,25 @@ def test_tiny_workflow_runs_every_rule(tiny_run):
             want = rows[rows.source >= 0].contribution.to_numpy()
             got = arrays["prediction/logit"][at]
             np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * np.abs(want).max())
+
+
+def check_attend_outputs(folder: Path, n_heads: int) -> dict[str, pd.DataFrame]:
+    """The attend family's tables of one model on a 2-layer run: its checks under the bound,
+    one total per layer, head and key class with the top pairs and sides, the figure."""
+    tables = {
+        name: pd.read_csv(folder / f"{name}.tsv", sep="\t")
+        for name in ("lift", "key_classes", "bands", "decomposition_check")
+    }
+    check = tables["decomposition_check"]
+    assert set(check["stage"]) == {"state", "attention output", "lift", "lift pairs"}
+    assert (check["max_rel"] < 1e-4).all() and sorted(set(check["layer"])) == [1, 2]
+    lift = tables["lift"]
+    totals = lift[lift["side"] == "total"]
+    assert len(totals) == 2 * n_heads and set(lift["keys"]) == {"attended"}
+    assert {"pair", "query", "key"} <= set(lift["side"]) and (totals["share"] == 1).all()
+    assert (tables["key_classes"]["side"] != "pair").all()
+    assert (folder / "figures/lift_pairs.png").stat().st_size > 1000
+    return tables
 
 
 def check_depth_outputs(mixing: Path, n_layers: int, causal: bool) -> None:
@@ -266,6 +299,15 @@ def test_decoders_run_every_rule(decoder_run):
         else:
             assert intervention["variant"].tolist() == ["unmodified", "zeroed", "mean"]
         assert (norms / "figures/sink_card.png").stat().st_size > 1000
+        # the attend family: the rotary bands sum to each head's total lift
+        attend = check_attend_outputs(results / "wiki/attend", n_heads=4)
+        assert set(attend["key_classes"]["keys"]) == {"first", "previous", "self"}
+        classes = pd.concat([attend["lift"], attend["key_classes"]])
+        totals = classes[classes["side"] == "total"].set_index(["layer", "head", "keys"])
+        bands = attend["bands"].groupby(["layer", "head", "keys"])["lift"].sum()
+        assert len(attend["bands"]) == len(totals) * 4  # d_head 8: 4 bands
+        scale = totals["lift"].abs().max()
+        np.testing.assert_allclose(bands[totals.index], totals["lift"], atol=1e-4 * scale)
 
 
 def test_decoders_carry_the_decomposition_to_the_next_token(decoder_run):
@@ -645,7 +687,7 @@ def test_a_layer_list_naming_every_layer_is_all_and_reruns_nothing(tiny_run):
     assert scheduled_rules(result) <= {"all", "config_snapshot"}
 
 
-FAMILY_NAMES = ["weights", "norms", "position", "mixing", "probing", "views"]
+FAMILY_NAMES = ["weights", "norms", "position", "mixing", "probing", "views", "attend"]
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)

@@ -230,7 +230,7 @@ def layer_split(state: _Split, X: torch.Tensor, mask: torch.Tensor, layer, m: in
     return out.normed(layer.ln_ff, ff_in + layer.ff(ff_in))
 
 
-def _qk_split(read: _Split, X, layer: CanonicalLayer, side: str):
+def qk_split(read: _Split, X, layer: CanonicalLayer, side: str):
     """Queries or keys (`side` "q", "k") of every head of the layer by component: parts
     [C, H, n, d'], bias [H, n, d'], through the QK-norm (scale from the real projection) and
     the rotation."""
@@ -302,8 +302,8 @@ def attend_split(
                 state = layer_split(state, states[m], mask, weights.layers[m], m)
         X = states[layer]
         read = state.normed(target.ln_attn if target.pre_ln else None, X)
-        q_parts, q_bias = _qk_split(read, X, target, "q")
-        k_parts, k_bias = _qk_split(read, X, target, "k")
+        q_parts, q_bias = qk_split(read, X, target, "q")
+        k_parts, k_bias = qk_split(read, X, target, "k")
         kv = target.kv_head(head)
         Q = torch.cat([q_parts[:, head], q_bias[None, head]])  # [C, n, d']
         K = torch.cat([k_parts[:, kv], k_bias[None, kv]])

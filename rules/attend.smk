@@ -1,0 +1,37 @@
+# Why heads attend where they do (issue #36): each head's attention logits split exactly into
+# query-side x key-side components (analyses/attend), summed over the first sequences.
+# Outputs are declared in scripts/attnscope/analyses/attend/outputs.py.
+
+ATTEND = config["analyses"]["attend"]
+ATTEND_OUT = FAMILIES["attend"]
+
+
+rule attend:
+    input:
+        family_targets("attend"),
+
+
+rule attend_compute:
+    input:
+        manifest=manifest,
+        hidden_states=hidden_states,
+    output:
+        lift=ATTEND_OUT.table("lift.tsv"),
+        key_classes=ATTEND_OUT.table("key_classes.tsv"),
+        bands=ATTEND_OUT.table("bands.tsv"),
+        decomposition_check=ATTEND_OUT.table("decomposition_check.tsv"),
+    log:
+        "results/{model}/{corpus}/logs/attend_compute.log",
+    benchmark:
+        "results/{model}/{corpus}/benchmarks/attend_compute.tsv"
+    conda:
+        "../envs/model.yaml"
+    threads: 4
+    resources:
+        gpu=gpu_count,
+        slurm_partition=partition,
+    params:
+        sequences=ATTEND["sequences"],
+        top_k=ATTEND["top_k"],
+    script:
+        "../scripts/attend_compute.py"

@@ -1,0 +1,36 @@
+"""Why heads attend where they do, on the first sequences of one corpus (`analyses/attend`):
+what lifts the attended keys and the named key classes, per component pair and rotary band."""
+
+from attnscope.analyses.attend.corpus_pass import corpus_pass
+from attnscope.core.files import write_table
+from attnscope.core.store import HiddenStates
+from attnscope.core.tables import not_applicable
+from attnscope.pipeline import runlog
+from attnscope.pipeline.models import open_model
+
+log = runlog.start(snakemake)
+params = snakemake.params
+output = snakemake.output
+loaded = open_model(
+    snakemake.input.manifest,
+    snakemake.config["device"],
+    log,
+    hidden_states=snakemake.input.hidden_states,
+    loading=snakemake.config["loading"],
+)
+with HiddenStates(snakemake.input.hidden_states) as store:
+    sums, check = corpus_pass(
+        store,
+        loaded.weights,
+        loaded.model,
+        sequences=params.sequences,
+        device=loaded.device,
+        max_rel_residual=snakemake.config["analyses"]["attend"]["max_rel_residual"],  # a bound
+        log=log,
+    )
+write_table(sums.lift_table(params.top_k, classes=False), output.lift)
+write_table(sums.lift_table(params.top_k, classes=True), output.key_classes)
+rotary = any(layer.rotary is not None for layer in loaded.weights.layers)
+write_table(sums.band_table() if rotary else not_applicable("no rotary embedding"), output.bands)
+write_table(check, output.decomposition_check)
+log.info("wrote the attend tables of %s", snakemake.wildcards.model)

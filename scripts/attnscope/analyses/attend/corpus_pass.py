@@ -1,0 +1,123 @@
+"""One pass of the attend family over the first sequences of a store, one sequence at a time.
+
+Per sequence: the embedding output split by component (`maps.attend.embedding_split`) is
+carried through every layer (`layer_split`), each norm's scale and the attention weights
+taken from the stored layer input X_m (recomputed with `attention.layer_forward` where a
+`layers:` subset left it out). At each analysed layer the queries and keys of every head
+are split by component (`qk_split`) and their lift summed (`lift`). Checks, per layer, the
+largest over the sequences (`checks.ResidualLog`, relative):
+    state             the carried split's sum vs the stored X_m (per token)
+    attention output  sum_j alpha_ij f(x_j) + b_O vs the module's output (per token)
+    lift              per head and weighting, the lift summed over components and rows vs
+                      sum_i sum_j W_ij s_ij from the real logits, relative to the sum over
+                      those rows of max_j |s_ij|
+    lift pairs        the same for the attended keys' component pairs
+Memory: the split of one sequence, [C, n, d] (C up to 10 L), the lifts [H, C, n, d'] at one
+layer, and the sums of `LiftSums`.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from attnscope.analyses.attend.lift import key_weights, lift_sums, row_lifts
+from attnscope.analyses.attend.statistics import LiftSums
+from attnscope.architectures import architecture
+from attnscope.core.attention import (
+    attention_output,
+    attention_probs,
+    layer_forward,
+    layer_visible_pairs,
+    queries_keys,
+    value_vectors,
+)
+from attnscope.core.canonical import CanonicalModel, rotary_bands
+from attnscope.core.checks import ResidualLog, residual
+from attnscope.core.store import HiddenStates
+from attnscope.maps.attend import BIAS, embedding_split, layer_split, qk_split
+
+
+def corpus_pass(
+    store: HiddenStates,
+    weights: CanonicalModel,
+    model,
+    *,
+    sequences: int,
+    device: str,
+    max_rel_residual: float,
+    log: logging.Logger | None = None,
+) -> tuple[LiftSums, object]:
+    """The sums over the first `sequences` sequences (all if fewer) and the residual table;
+    `checks.CheckError` above `max_rel_residual`. Layers: those the store was made for."""
+    arch = architecture(weights.model_type)
+    sums = LiftSums()
+    residuals = ResidualLog(max_rel_residual, log, "attend")
+    for s in range(min(sequences, store.n_sequences)):
+        with torch.no_grad():
+            sequence_pass(store, s, weights, model, arch, device, sums, residuals)
+        if log:
+            log.info("sequence %d: %d pieces", s, store.lengths[s])
+    return sums, residuals.table()
+
+
+def _stored(store: HiddenStates, state: int, s: int, n: int, device: str):
+    if not store.stores(state):
+        return None
+    return torch.from_numpy(store.hidden(state, s, s + 1)[0, :n]).to(device)
+
+
+def sequence_pass(store, s, weights, model, arch, device, sums: LiftSums, residuals) -> None:
+    """Carry sequence `s` through every layer, adding the analysed layers' lifts to `sums`."""
+    n = int(store.lengths[s])
+    arrays = {
+        name: torch.from_numpy(getattr(store, name)[s : s + 1, :n].astype("int64")).to(device)
+        for name in ("input_ids", "attention_mask", "token_type_ids")
+    }
+    inputs = arch.model_inputs(model, **arrays)
+    mask = arrays["attention_mask"]
+    category = torch.from_numpy(store.category[s, :n].astype("int64")).to(device)
+    split = embedding_split(weights, inputs, embed_parts=True)
+    X = _stored(store, 0, s, n, device)
+    X = split.total() if X is None else X
+    for m in range(weights.n_layers):
+        layer = weights.layers[m]
+        residuals.record(m + 1, "state", *residual(split.total()[None], X[None], mask))
+        if m in store.layers:
+            head_lifts(split, X, mask, category, layer, m, model, arch, sums, residuals)
+        split = layer_split(split, X, mask, layer, m)
+        following = _stored(store, m + 1, s, n, device)
+        X = layer_forward(X[None], mask, layer)[0] if following is None else following
+
+
+def head_lifts(split, X, mask, category, layer, m, model, arch, sums, residuals) -> None:
+    """Every head's lift at layer m (0-based) of one sequence."""
+    alpha = attention_probs(X[None], mask, layer)[0]  # [H, n, n]
+    y = attention_output(alpha[None], value_vectors(X[None], layer), layer)
+    y_real = arch.attention_output(model, m, X[None], mask)
+    residuals.add(m + 1, "attention output", y, y_real, mask)
+    visible = layer_visible_pairs(mask, layer)[0]
+    keys, W, rows = key_weights(alpha, visible, category, layer.causal)
+    sums.count(m + 1, rows)
+    read = split.normed(layer.ln_attn if layer.pre_ln else None, X)
+    kv = [layer.kv_head(h) for h in range(layer.n_heads)]
+    q_parts, q_bias = qk_split(read, X, layer, "q")
+    k_parts, k_bias = qk_split(read, X, layer, "k")
+    Q = torch.cat([q_parts, q_bias[None]]).transpose(0, 1).contiguous()  # [H, C, n, d']
+    K = torch.cat([k_parts, k_bias[None]])[:, kv].transpose(0, 1).contiguous()
+    band = rotary_bands(layer.rotary, layer.d_head).to(X.device)
+    found = lift_sums(Q, K, W, layer.scale, band)
+    q, k = (t[0] for t in queries_keys(X[None], layer))  # [H, n, d'], keys per query head
+    logits = q @ k.transpose(-1, -2) * layer.scale
+    want = row_lifts(logits, W).sum(-1)  # [H, K]
+    size = ((logits.abs() * visible).amax(-1)[:, None] * rows).sum(-1)  # sum_i max_j |s_ij|
+    tiny = torch.finfo(size.dtype).tiny
+    pairs = found["pairs"].sum((-1, -2))[:, None]
+    for stage, got in (("lift", found["query"].sum(-1)), ("lift pairs", pairs)):
+        diff = (got - want[:, : got.shape[1]]).abs()
+        relative = diff / size[:, : got.shape[1]].clamp_min(tiny)
+        residuals.record(m + 1, stage, float(diff.max()), float(relative.max()))
+    names = [*split.names, BIAS]
+    for h in range(layer.n_heads):
+        sums.add(m + 1, h + 1, names, keys, **{name: v[h] for name, v in found.items()})

@@ -1,0 +1,103 @@
+"""The attend family's sums over a corpus and the tables made from them.
+
+Per layer and head, for each weighting (`lift.key_weights`: attended, first, previous, ...):
+the lift summed over the counted rows of every sequence per query-side and per key-side
+component (the marginals), per component pair [C, C] for the attended keys, per rotary
+band, and the number of rows. The tables give means per counted row (logit units):
+
+    lift.tsv, key_classes.tsv   layer head keys side query key n_rows lift share
+        side total  one row: the whole lift (query and key "all"), share 1
+             pair   the top_k component pairs by |lift| (query-side, key-side name;
+                    lift.tsv only)
+             query  the top_k query-side components, summed over key-side ones (key "all")
+             key    the top_k key-side components, summed over query-side ones (query "all")
+        share = lift / the total lift of that head and weighting (signed)
+    bands.tsv   layer head keys band n_rows lift share (rotary models)
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+
+from attnscope.analyses.attend.lift import ATTENDED
+
+COLUMNS = ["layer", "head", "keys", "side", "query", "key", "n_rows", "lift", "share"]
+ALL = "all"
+
+
+class LiftSums:
+    """The sums of every analysed layer, fed one sequence, layer and head at a time."""
+
+    def __init__(self):
+        self.components: dict[int, list[str]] = {}  # layer (1-based) -> C names
+        self.keys: dict[int, list[str]] = {}  # layer -> weighting names, ATTENDED first
+        self.sums: dict[tuple[int, int], dict[str, np.ndarray]] = {}  # (layer, head) -> ...
+        self.rows: dict[int, np.ndarray] = {}  # layer -> [K] counted rows
+
+    def add(self, layer: int, head: int, names, keys, pairs, query, key, bands) -> None:
+        """layer, head 1-based; names [C]; keys [K]; the sums over one sequence's rows:
+        pairs [C, C] (attended keys), query and key [K, C] (marginals), bands [K, B]."""
+        self.components[layer], self.keys[layer] = list(names), list(keys)
+        new = {"pairs": pairs, "query": query, "key": key, "bands": bands}
+        old = self.sums.setdefault((layer, head), {})
+        for name, value in new.items():
+            value = value.double().cpu().numpy()
+            old[name] = old[name] + value if name in old else value
+
+    def count(self, layer: int, rows: torch.Tensor) -> None:
+        """rows [K, n] bool: the rows of one sequence that count for each weighting."""
+        counted = rows.sum(-1).cpu().numpy()
+        self.rows[layer] = self.rows.get(layer, 0) + counted
+
+    def lift_table(self, top_k: int, classes: bool) -> pd.DataFrame:
+        """lift.tsv (`classes` False: the attended keys) or key_classes.tsv (module docstring)."""
+        out = []
+        for (layer, head), sums in self.sums.items():
+            names = self.components[layer]
+            for k, keys in enumerate(self.keys[layer]):
+                if (keys != ATTENDED) != classes:
+                    continue
+                n_rows = int(self.rows[layer][k])
+                mean = {name: sums[name][k] / max(n_rows, 1) for name in ("query", "key")}
+                if keys == ATTENDED:
+                    mean["pairs"] = sums["pairs"] / max(n_rows, 1)
+                for row in head_rows(mean, names, top_k):
+                    out.append([layer, head, keys, *row[:3], n_rows, *row[3:]])
+        return pd.DataFrame(out, columns=COLUMNS)
+
+    def band_table(self) -> pd.DataFrame:
+        out = []
+        for (layer, head), sums in self.sums.items():
+            for k, keys in enumerate(self.keys[layer]):
+                n_rows = int(self.rows[layer][k])
+                mean = sums["bands"][k] / max(n_rows, 1)
+                total = mean.sum()
+                for b, value in enumerate(mean):
+                    out.append([layer, head, keys, b, n_rows, value, share(value, total)])
+        columns = ["layer", "head", "keys", "band", "n_rows", "lift", "share"]
+        return pd.DataFrame(out, columns=columns)
+
+
+def share(value: float, total: float) -> float:
+    return value / total if total != 0 else np.nan
+
+
+def head_rows(mean: dict[str, np.ndarray], names: list[str], top_k: int):
+    """(side, query, key, lift, share) rows of one head and weighting from its mean lift per
+    row: `query` and `key` [C] (the marginals) and, where given, `pairs` [C, C]: the total,
+    the top_k pairs and the top_k components of each side."""
+    total = float(mean["query"].sum())
+    yield "total", ALL, ALL, total, share(total, total)
+    if "pairs" in mean:
+        pairs = mean["pairs"]
+        flat = np.argsort(-np.abs(pairs), axis=None, kind="stable")[:top_k]
+        for c, d in zip(*np.unravel_index(flat, pairs.shape), strict=True):
+            value = float(pairs[c, d])
+            yield "pair", names[c], names[d], value, share(value, total)
+    for side in ("query", "key"):
+        marginal = mean[side]
+        for c in np.argsort(-np.abs(marginal), kind="stable")[:top_k]:
+            query, key = (names[c], ALL) if side == "query" else (ALL, names[c])
+            yield side, query, key, float(marginal[c]), share(float(marginal[c]), total)

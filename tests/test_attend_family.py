@@ -1,0 +1,176 @@
+"""The attend family (`analyses/attend`): the corpus sums of what lifts the attended keys
+and the key classes equal a direct computation from `maps.attend`'s [n, n, C, C] terms."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from attnscope.analyses.attend.corpus_pass import corpus_pass
+from attnscope.analyses.attend.lift import key_classes
+from attnscope.analyses.attend.statistics import head_rows
+from attnscope.architectures import architecture, canonical_weights
+from attnscope.core.checks import CheckError
+from attnscope.core.store import HiddenStates
+from attnscope.core.tokens import CATEGORY_NAMES
+from attnscope.maps.attend import attend_split
+from attnscope.pipeline.extract import extract
+from conftest import tiny_model, write_tiny_encoded, write_tiny_store
+
+SEQUENCES = 2
+
+
+def sequence_inputs(store: HiddenStates, model, s: int) -> dict:
+    n = int(store.lengths[s])
+    arrays = {
+        name: torch.from_numpy(getattr(store, name)[s : s + 1, :n].astype(np.int64))
+        for name in ("input_ids", "attention_mask", "token_type_ids")
+    }
+    return architecture(model.config.model_type).model_inputs(model, **arrays)
+
+
+def direct_lifts(found, alpha, category, causal) -> dict[str, tuple[np.ndarray, int, float]]:
+    """{keys: (sum over counted rows of lift_i(c, c') [C, C], rows, their max |T_ij(c, c')|
+    summed: the float32 rounding's scale)} straight from the terms T_ij(c, c') [n, n, C, C]
+    and the module's weights alpha [n, n], row by row."""
+    T = found.terms.double()
+    n = T.shape[0]
+    out = {}
+    for keys in ["attended", *key_classes(causal)]:
+        total, rows, size = torch.zeros(T.shape[2:], dtype=torch.float64), 0, 0.0
+        for i in range(n):
+            seen = list(range(i + 1)) if causal else list(range(n))
+            if keys == "attended":
+                chosen = seen
+            elif keys == "first":
+                chosen = [0]
+            elif keys == "previous":
+                chosen = [i - 1] if i >= 1 else []
+            elif keys == "self":
+                chosen = [i]
+            else:
+                chosen = [j for j in seen if CATEGORY_NAMES[int(category[j])] == keys]
+            if len(seen) < 2 or not chosen:
+                continue
+            if keys == "attended":
+                at_keys = torch.einsum("j,jcd->cd", alpha[i].double(), T[i])
+            else:
+                at_keys = T[i, chosen].mean(0)
+            total += at_keys - T[i, seen].mean(0)
+            rows += 1
+            size += float(T[i].abs().max())
+        out[keys] = (total.numpy(), rows, size)
+    return out
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
+def test_the_sums_equal_the_terms_of_attend_row_by_row(tmp_path, family):
+    path, model = write_tiny_store(tmp_path, family)
+    weights = canonical_weights(model)
+    with HiddenStates(path) as store:
+        sums, check = corpus_pass(
+            store, weights, model, sequences=SEQUENCES, device="cpu", max_rel_residual=1e-4
+        )
+        assert set(check["stage"]) == {"state", "attention output", "lift", "lift pairs"}
+        assert check["max_rel"].max() <= 1e-4
+        for layer in range(weights.n_layers):
+            want = {}
+            for s in range(SEQUENCES):
+                inputs = sequence_inputs(store, model, s)
+                for head in range(weights.n_heads):
+                    found = attend_split(model, weights, inputs, layer, head)
+                    with torch.no_grad():
+                        out = model(**inputs, output_attentions=True)
+                    alpha = out.attentions[layer][0, head]
+                    causal = weights.layers[layer].causal
+                    n = int(store.lengths[s])
+                    direct = direct_lifts(found, alpha, store.category[s, :n], causal)
+                    for keys, found_sums in direct.items():
+                        old = want.get((head, keys), (0, 0, 0.0))
+                        added = zip(old, found_sums, strict=True)
+                        want[head, keys] = tuple(a + b for a, b in added)
+                    assert sums.components[layer + 1] == found.components
+            for (head, keys), (total, rows, size) in want.items():
+                k = sums.keys[layer + 1].index(keys)
+                got = sums.sums[layer + 1, head + 1]
+                close = dict(rtol=0, atol=1e-5 * size)
+                if keys == "attended":
+                    np.testing.assert_allclose(got["pairs"], total, **close)
+                np.testing.assert_allclose(got["query"][k], total.sum(1), **close)
+                np.testing.assert_allclose(got["key"][k], total.sum(0), **close)
+                assert sums.rows[layer + 1][k] == rows
+                # the rotary bands (one where there is no rotation) sum to the same lift
+                bands = got["bands"][k]
+                np.testing.assert_allclose(bands.sum(), total.sum(), rtol=0, atol=1e-5 * size)
+    if family == "llama":
+        assert sums.sums[1, 1]["bands"].shape[1] == weights.layers[0].d_head // 2
+
+
+@pytest.mark.parametrize(
+    ("family", "names"),
+    [
+        ("bert", ["embed.word", "embed.position", "embed.type", "bias"]),
+        ("llama", ["embed", "bias"]),
+    ],
+)
+def test_the_first_layer_lifts_only_embedding_and_bias_pairs(tmp_path, family, names):
+    path, model = write_tiny_store(tmp_path, family)
+    with HiddenStates(path) as store:
+        sums, _ = corpus_pass(
+            store, canonical_weights(model), model, sequences=1, device="cpu", max_rel_residual=1e-4
+        )
+    table = sums.lift_table(top_k=100, classes=False)
+    first = table[table["layer"] == 1]
+    assert set(first["query"]) - {"all"} == set(names) == set(first["key"]) - {"all"}
+    assert len(sums.components[2]) == len(names) + 4 + 1  # + 4 heads and the FF block of layer 1
+
+
+def test_head_rows_keep_the_top_pairs_and_marginals_with_their_share():
+    pairs = np.array([[1.0, -3.0], [0.5, 0.0]])
+    mean = {"pairs": pairs, "query": pairs.sum(1), "key": pairs.sum(0)}
+    rows = list(head_rows(mean, ["a", "b"], top_k=1))
+    assert rows[0] == ("total", "all", "all", -1.5, 1.0)
+    assert rows[1] == ("pair", "a", "b", -3.0, 2.0)
+    assert rows[2] == ("query", "a", "all", -2.0, pytest.approx(4 / 3))  # rows sum: a -2, b 0.5
+    assert rows[3] == ("key", "all", "b", -3.0, 2.0)  # columns sum: a 1.5, b -3
+
+
+@pytest.mark.parametrize(
+    ("changed", "message"),
+    [
+        (lambda layer: layer.W_O, "layer 1: attend stage attention output"),
+        (lambda layer: layer.ln_ff.gamma, "layer 2: attend stage state"),
+    ],
+)
+def test_weights_that_miss_the_stored_states_fail_by_layer_and_stage(tmp_path, changed, message):
+    path, model = write_tiny_store(tmp_path, "bert")
+    weights = canonical_weights(model)
+    with torch.no_grad():
+        changed(weights.layers[0]).mul_(1.01)  # the stored states come from the unchanged model
+    with HiddenStates(path) as store, pytest.raises(CheckError, match=message):
+        corpus_pass(store, weights, model, sequences=1, device="cpu", max_rel_residual=1e-4)
+
+
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_a_layer_subset_store_gives_the_whole_stores_sums_for_its_layers(tmp_path, family):
+    """`layers: [3]` of a 3-layer model keeps hidden/2 and hidden/3 alone: the split starts
+    from the embeddings it rebuilds, layer 1's output is recomputed, and layer 3's sums are
+    the whole store's."""
+    model = tiny_model(family, layers=3)
+    weights = canonical_weights(model)
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", family)
+    found = {}
+    for layers in ("all", [3]):
+        path = tmp_path / f"states-{layers}.h5"
+        extract(model, encoded, path, batch_size=3, device="cpu", layers=layers)
+        with HiddenStates(path) as store:
+            assert store.stores(1) == (layers == "all")
+            found[str(layers)] = corpus_pass(
+                store, weights, model, sequences=2, device="cpu", max_rel_residual=1e-4
+            )[0]
+    whole, subset = found["all"], found["[3]"]
+    assert sorted(subset.sums) == [(3, h) for h in range(1, 5)]
+    for key, sums in subset.sums.items():
+        for name, value in sums.items():
+            np.testing.assert_allclose(value, whole.sums[key][name], rtol=1e-4, atol=1e-6)
