@@ -26,7 +26,7 @@ rule attend_compute:
         "results/{model}/{corpus}/benchmarks/attend_compute.tsv"
     conda:
         "../envs/model.yaml"
-    threads: 4
+    threads: MODEL_THREADS
     resources:
         gpu=gpu_count,
         slurm_partition=partition,
