@@ -56,5 +56,34 @@ def test_the_lines_state_what_the_tables_hold(tmp_path):
     assert len(lines) == 6  # no mixing table: no mixing line
 
 
+def test_the_attend_lines_name_the_head_and_its_largest_components(tmp_path):
+    """Two heads lift the first position (2.0 and 5.0): the line names the second, its query
+    component of largest |lift| (a negative one) and its key component of largest lift."""
+    rows = [
+        (1, 1, "first", "total", "all", "all", 10, 2.0, 1.0),
+        (2, 3, "first", "total", "all", "all", 10, 5.0, 1.0),
+        (2, 3, "first", "query", "L1.FF", "all", 10, 3.0, 0.6),
+        (2, 3, "first", "query", "embed", "all", 10, -4.0, -0.8),
+        (2, 3, "first", "key", "all", "L1.H2", 10, 4.5, 0.9),
+        (2, 3, "first", "key", "all", "bias", 10, 0.5, 0.1),
+        (1, 1, "previous", "total", "all", "all", 10, 1.0, 1.0),
+        (1, 1, "previous", "query", "embed.position", "all", 10, 1.0, 1.0),
+        (1, 1, "previous", "key", "all", "embed.position", 10, 0.8, 0.8),
+    ]
+    columns = ["layer", "head", "keys", "side", "query", "key", "n_rows", "lift", "share"]
+    table = {name: [row[i] for row in rows] for i, name in enumerate(columns)}
+    write(tmp_path, "wiki", "attend", "key_classes", table)
+    lines = load_tool().findings(tmp_path, "m")
+    assert lines[0].startswith("the head that lifts the first position most above the rest")
+    assert "L2 H3 (by 5.0 in the logit" in lines[0]
+    assert "owes it most to embed on the query side (-80% of the lift)" in lines[0]
+    assert lines[0].endswith("and L1.H2 on the key side (90%)")
+    assert "the previous token most" in lines[1] and "L1 H1 (by 1.0" in lines[1]
+    assert len(lines) == 2
+
+
 def test_a_run_without_the_tables_finds_nothing_to_say(tmp_path):
+    assert load_tool().findings(tmp_path, "m") == []
+    status = {"status": ["not applicable: no rotary position embedding"]}
+    write(tmp_path, "wiki512", "position", "rotary_bands", status)  # an encoder's table
     assert load_tool().findings(tmp_path, "m") == []

@@ -5,8 +5,10 @@
 Prints Markdown bullets (the README's "What the default run finds" is this output for the
 default run): the attention-sink card (Sink^eps with its control, the first position's weight
 and norm share by depth, Sun et al.'s massive dimensions and the intervention's losses), the
-most positional rotary bands and the mixing ratio by depth. A table the run did not make (a
-family switched off, an encoder without rotary bands) is left out of the lines.
+most positional rotary bands, the mixing ratio by depth and, from the attend family, the
+components that make the heads look at the first position and at the previous token. A table
+the run did not make (a family switched off, an encoder without rotary bands) is left out of
+the lines.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-CORPORA = {"norms": "wiki", "position": "wiki512", "mixing": "wiki_masked"}
+CORPORA = {"norms": "wiki", "position": "wiki512", "mixing": "wiki_masked", "attend": "wiki"}
 
 
 def table(results: Path, model: str, family: str, name: str) -> pd.DataFrame | None:
@@ -79,7 +81,7 @@ def sink_lines(results: Path, model: str) -> list[str]:
 
 def position_lines(results: Path, model: str) -> list[str]:
     bands = table(results, model, "position", "rotary_bands")
-    if bands is None or not len(bands):
+    if bands is None or "band" not in bands:  # not made, or "not applicable" (an encoder)
         return []
     share = bands.groupby("band")["positional_share"].mean().sort_values(ascending=False)
     top = ", ".join(f"band {b} ({s:.2f})" for b, s in share.head(3).items())
@@ -103,9 +105,41 @@ def mixing_lines(results: Path, model: str) -> list[str]:
     return lines
 
 
+def largest(rows: pd.DataFrame) -> pd.Series:
+    """The row of largest |lift|."""
+    return rows.loc[rows["lift"].abs().idxmax()]
+
+
+def attend_lines(results: Path, model: str) -> list[str]:
+    classes = table(results, model, "attend", "key_classes")
+    if classes is None or "lift" not in classes:
+        return []
+    lines = []
+    for keys, what in (("first", "the first position"), ("previous", "the previous token")):
+        rows = classes[classes["keys"] == keys]
+        total = rows[rows["side"] == "total"]
+        if not len(total):
+            continue
+        top = total.loc[total["lift"].idxmax()]
+        head = rows[(rows["layer"] == top["layer"]) & (rows["head"] == top["head"])]
+        query = largest(head[head["side"] == "query"])
+        key = largest(head[head["side"] == "key"])
+        lines.append(
+            f"the head that lifts {what} most above the rest of its row, "
+            f"L{top['layer']} H{top['head']} (by {top['lift']:.1f} in the logit, mean over "
+            f"rows), owes it most to {query['query']} on the query side "
+            f"({100 * query['share']:.0f}% of the lift) and {key['key']} on the key side "
+            f"({100 * key['share']:.0f}%)"
+        )
+    return lines
+
+
 def findings(results: Path, model: str) -> list[str]:
     return (
-        sink_lines(results, model) + position_lines(results, model) + mixing_lines(results, model)
+        sink_lines(results, model)
+        + position_lines(results, model)
+        + mixing_lines(results, model)
+        + attend_lines(results, model)
     )
 
 
