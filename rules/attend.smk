@@ -24,6 +24,7 @@ rule attend_compute:
         "results/{model}/{corpus}/logs/attend_compute.log",
     benchmark:
         "results/{model}/{corpus}/benchmarks/attend_compute.tsv"
+    priority: PRIORITY_LONG_JOB
     conda:
         "../envs/model.yaml"
     threads: MODEL_THREADS

@@ -35,6 +35,13 @@ def model_job_threads(most=4):
 
 
 MODEL_THREADS = model_job_threads()
+# Which ready job starts first (Snakemake's `priority:`, default 0): the stored states, which
+# every analysis reads; then the steps of the longest chains (probing's, mixing's); then the
+# other long analyses. Short jobs and figures fill the cores at the end, rather than one long
+# job running alone on the last core.
+PRIORITY_STATES = 3
+PRIORITY_LONG_CHAIN = 2
+PRIORITY_LONG_JOB = 1
 
 
 wildcard_constraints:

@@ -11,6 +11,7 @@ rule extract_hidden_states:
         "results/{model}/{corpus}/logs/extract_hidden_states.log",
     benchmark:
         "results/{model}/{corpus}/benchmarks/extract_hidden_states.tsv"
+    priority: PRIORITY_STATES
     conda:
         "../envs/model.yaml"
     threads: MODEL_THREADS

@@ -56,6 +56,7 @@ rule mixing_compute:
         "results/{model}/{corpus}/logs/mixing_compute.log",
     benchmark:
         "results/{model}/{corpus}/benchmarks/mixing_compute.tsv"
+    priority: PRIORITY_LONG_CHAIN
     conda:
         "../envs/model.yaml"
     threads: MODEL_THREADS
@@ -113,6 +114,7 @@ rule mixing_propagate:
         "results/{model}/{corpus}/logs/mixing_propagate.log",
     benchmark:
         "results/{model}/{corpus}/benchmarks/mixing_propagate.tsv"
+    priority: PRIORITY_LONG_CHAIN
     conda:
         "../envs/model.yaml"
     threads: MODEL_THREADS

@@ -81,6 +81,7 @@ rule norms_compute:
         "results/{model}/{corpus}/logs/norms_compute.log",
     benchmark:
         "results/{model}/{corpus}/benchmarks/norms_compute.tsv"
+    priority: PRIORITY_LONG_JOB
     conda:
         "../envs/model.yaml"
     threads: MODEL_THREADS
@@ -112,6 +113,7 @@ rule norms_sink_card:
         "results/{model}/{corpus}/logs/norms_sink_card.log",
     benchmark:
         "results/{model}/{corpus}/benchmarks/norms_sink_card.tsv"
+    priority: PRIORITY_LONG_JOB
     conda:
         "../envs/model.yaml"
     threads: MODEL_THREADS

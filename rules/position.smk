@@ -95,6 +95,7 @@ rule position_corpus:
         "results/{model}/{corpus}/logs/position_corpus.log",
     benchmark:
         "results/{model}/{corpus}/benchmarks/position_corpus.tsv"
+    priority: PRIORITY_LONG_JOB
     conda:
         "../envs/model.yaml"
     threads: MODEL_THREADS

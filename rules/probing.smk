@@ -24,6 +24,7 @@ rule probing_syntax:
         "results/{model}/{corpus}/logs/probing_syntax.log",
     benchmark:
         "results/{model}/{corpus}/benchmarks/probing_syntax.tsv"
+    priority: PRIORITY_LONG_CHAIN
     conda:
         "../envs/model.yaml"
     threads: MODEL_THREADS
@@ -49,6 +50,7 @@ rule probing_probe:
         "results/{model}/{corpus}/logs/probing_probe.log",
     benchmark:
         "results/{model}/{corpus}/benchmarks/probing_probe.tsv"
+    priority: PRIORITY_LONG_CHAIN
     conda:
         "../envs/model.yaml"
     threads: MODEL_THREADS

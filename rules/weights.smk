@@ -72,6 +72,7 @@ rule weights_distances:
         "results/{model}/{corpus}/logs/weights_distances.log",
     benchmark:
         "results/{model}/{corpus}/benchmarks/weights_distances.tsv"
+    priority: PRIORITY_LONG_JOB
     conda:
         "../envs/model.yaml"
     threads: MODEL_THREADS
@@ -103,6 +104,7 @@ rule weights_gradients:
         "results/{model}/{corpus}/logs/weights_gradients.log",
     benchmark:
         "results/{model}/{corpus}/benchmarks/weights_gradients.tsv"
+    priority: PRIORITY_LONG_JOB
     conda:
         "../envs/model.yaml"
     threads: MODEL_THREADS

@@ -17,6 +17,7 @@ epoch. UAS leaves out words whose UD upos is PUNCT.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -45,11 +46,24 @@ def sequence_gold(meta: dict):
     return np.asarray(meta["heads"]), sentence, np.array([u != "PUNCT" for u in upos])
 
 
-def _pad(seqs: list[Sequence], kind: str):
-    """Padded batch: features [B, W, W + 1, C] float32 (i, candidate j with ROOT at W, then
-    the C features: last, so that the probe's sums over them are matrix products),
-    embeddings [B, W, d], candidate mask [B, W, W + 1], gold [B, W] (W = ROOT), weight [B, W]
-    (scored), word mask [B, W]."""
+class Batch(NamedTuple):
+    """Padded sequences: features [B, W, W + 1, C] float32 (i, candidate j with ROOT at W,
+    then the C features: last, so that the probe's sums over them are matrix products), the
+    same features by candidate [B, W + 1, W, C] (contiguous: the candidates' sums read them
+    without a copy per step), embeddings [B, W, d], candidate mask [B, W, W + 1], gold [B, W]
+    (W = ROOT), scored [B, W] (not punctuation), word mask [B, W]."""
+
+    feats: torch.Tensor
+    feats_by_candidate: torch.Tensor
+    emb: torch.Tensor
+    cand: torch.Tensor
+    gold: torch.Tensor
+    scored: torch.Tensor
+    words: torch.Tensor
+
+
+def _pad(seqs: list[Sequence], kind: str) -> Batch:
+    """The sequences padded into one `Batch` of `kind` ('attn' or 'dist') features."""
     B, W = len(seqs), max(len(s.heads) for s in seqs)
     d = seqs[0].word_vectors.shape[1]
     if kind == "dist":
@@ -85,11 +99,12 @@ def _pad(seqs: list[Sequence], kind: str):
             feats[b, :w, W, :F] = m[:w, w]
             feats[b, :w, :w, F:] = m[:w, :w].transpose(0, 1)
             feats[b, :w, W, F:] = m[w, :w]
-    return feats, emb, cand, gold, scored, words
+    return Batch(feats, feats.transpose(1, 2).contiguous(), emb, cand, gold, scored, words)
 
 
 class Probe(torch.nn.Module):
-    """Scores [B, W, W + 1] from features [B, W, W + 1, C] and embeddings [B, W, d]."""
+    """Scores [B, W, W + 1] from features [B, W, W + 1, C] (and the same by candidate,
+    [B, W + 1, W, C]) and embeddings [B, W, d]."""
 
     def __init__(self, n_features: int, d: int, with_embeddings: bool):
         super().__init__()
@@ -102,7 +117,9 @@ class Probe(torch.nn.Module):
             for layer in (self.dep, self.head):
                 torch.nn.init.normal_(layer.weight, std=0.01)
 
-    def forward(self, feats: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, feats: torch.Tensor, feats_by_candidate: torch.Tensor, emb: torch.Tensor
+    ) -> torch.Tensor:
         """score(i, j) = sum_c feats[i, j, c] (bias_c + dep(e_i)_c + head(e_j)_c), summed as
         matrix products: the weights of row i, then those of candidate j (ROOT's: `root`)."""
         if not self.with_embeddings:
@@ -111,7 +128,7 @@ class Probe(torch.nn.Module):
         cand_emb = torch.cat([emb, self.root.expand(emb.shape[0], 1, -1)], dim=1)
         by_candidate = self.head(cand_emb)  # [B, W + 1, C]
         scores = (feats @ by_row[..., None]).squeeze(-1)  # [B, W, W + 1]
-        return scores + (feats.transpose(1, 2) @ by_candidate[..., None]).squeeze(-1).mT
+        return scores + (feats_by_candidate @ by_candidate[..., None]).squeeze(-1).mT
 
 
 def batches(seqs: list[Sequence], kind: str, size: int = 32):
@@ -123,10 +140,11 @@ def batches(seqs: list[Sequence], kind: str, size: int = 32):
 def _uas(model: Probe, batches) -> tuple[float, int]:
     hits = total = 0
     with torch.no_grad():
-        for feats, emb, cand, gold, scored, _ in batches:
-            pred = model(feats, emb).masked_fill(~cand, -torch.inf).argmax(-1)
-            hits += int(((pred == gold) & scored).sum())
-            total += int(scored.sum())
+        for b in batches:
+            scores = model(b.feats, b.feats_by_candidate, b.emb)
+            pred = scores.masked_fill(~b.cand, -torch.inf).argmax(-1)
+            hits += int(((pred == b.gold) & b.scored).sum())
+            total += int(b.scored.sum())
     return hits / max(total, 1), total
 
 
@@ -144,15 +162,15 @@ def train_and_score(
     if probe not in PROBES:
         raise ValueError(f"unknown probe {probe!r} (known: {', '.join(PROBES)})")
     torch.manual_seed(seed)
-    n_features, d = train_batches[0][0].shape[-1], train_batches[0][1].shape[-1]
+    n_features, d = train_batches[0].feats.shape[-1], train_batches[0].emb.shape[-1]
     model = Probe(n_features, d, probe != "attn")
     optimiser = torch.optim.Adam(model.parameters(), lr=learning_rate)
     order = np.random.default_rng(seed)
     for _ in range(epochs):
         for k in order.permutation(len(train_batches)):
-            feats, emb, cand, gold, _, words = train_batches[k]
-            scores = model(feats, emb).masked_fill(~cand, -torch.inf)
-            loss = torch.nn.functional.cross_entropy(scores[words], gold[words])
+            b = train_batches[k]
+            scores = model(b.feats, b.feats_by_candidate, b.emb).masked_fill(~b.cand, -torch.inf)
+            loss = torch.nn.functional.cross_entropy(scores[b.words], b.gold[b.words])
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
