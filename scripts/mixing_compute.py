@@ -5,12 +5,11 @@ from attnscope.analyses.mixing.corpus_pass import corpus_pass
 from attnscope.core.files import write_table
 from attnscope.core.store import analysed_layers
 from attnscope.core.tables import layer_rows
-from attnscope.pipeline import runlog
+from attnscope.pipeline.job import Job
 from attnscope.pipeline.shards import sharded_analysis
 
-log = runlog.start(snakemake)
-params = snakemake.params
-output = snakemake.output
+job = Job(snakemake)
+log, params, output = job.log, job.params, job.output
 
 
 def analyse(loaded, store, maps, layers):
@@ -22,19 +21,18 @@ def analyse(loaded, store, maps, layers):
         batch_size=params.batch_size,
         device=loaded.device,
         ig_steps=params.ig_steps,
-        # a check bound, not a parameter: changing it reruns nothing (the table holds residuals)
-        max_rel_residual=snakemake.config["analyses"]["mixing"]["max_rel_residual"],
+        max_rel_residual=job.bound("mixing"),
         maps_dtype=params.maps_dtype,
         log=log,
         layers=layers,
         # working memory only: the same maps with any value, so changing it reruns nothing
-        memory_budget_mb=snakemake.config["memory_budget_mb"],
+        memory_budget_mb=job.config["memory_budget_mb"],
     )
 
 
-result = sharded_analysis(snakemake, log, analyse)
+result = sharded_analysis(job, analyse)
 if result is not None:
-    layers = analysed_layers(snakemake.input.hidden_states)
+    layers = analysed_layers(job.input.hidden_states)
     write_table(layer_rows(result.ratios.table(), layers), output.mixing_ratio)
     write_table(layer_rows(result.rsa.table(), layers), output.rsa)
     write_table(result.check, output.decomposition_check)

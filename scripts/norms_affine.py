@@ -2,13 +2,9 @@
 
 from attnscope.analyses.norms.affine import affine_singular_value_table
 from attnscope.core.files import write_table
-from attnscope.pipeline import runlog
-from attnscope.pipeline.models import open_model
+from attnscope.pipeline.job import Job
 
-log = runlog.start(snakemake)
-loaded = open_model(
-    snakemake.input.manifest, snakemake.config["device"], log, loading=snakemake.config["loading"]
-)
-table = affine_singular_value_table(loaded.weights)
-write_table(table, snakemake.output[0])
-log.info("wrote %d singular values", len(table))
+job = Job(snakemake)
+table = affine_singular_value_table(job.model().weights)
+write_table(table, job.output[0])
+job.log.info("wrote %d singular values", len(table))

@@ -5,11 +5,11 @@ from attnscope.analyses.norms.corpus_pass import corpus_pass
 from attnscope.core.files import write_table
 from attnscope.core.store import analysed_layers
 from attnscope.core.tables import layer_rows
-from attnscope.pipeline import runlog
+from attnscope.pipeline.job import Job
 from attnscope.pipeline.shards import sharded_analysis
 
-log = runlog.start(snakemake)
-params = snakemake.params
+job = Job(snakemake)
+log, params = job.log, job.params
 
 
 def analyse(loaded, store, maps, layers):
@@ -22,24 +22,24 @@ def analyse(loaded, store, maps, layers):
         device=loaded.device,
         sample_size=params.spearman_sample_size,
         seed=params.seed,
-        max_rel_residual=snakemake.config["analyses"]["norms"]["max_rel_residual"],  # a bound
+        max_rel_residual=job.bound("norms"),
         maps_dtype=params.maps_dtype,
         log=log,
         layers=layers,
-        memory_budget_mb=snakemake.config["memory_budget_mb"],  # working memory: same maps
+        memory_budget_mb=job.config["memory_budget_mb"],  # working memory: same maps
     )
 
 
-result = sharded_analysis(snakemake, log, analyse)
+result = sharded_analysis(job, analyse)
 if result is not None:
     accumulator, residual = result
     tables = accumulator.tables(params.sample_rate, params.scatter_max_points)
     tables["decomposition_check"] = residual
-    layers = analysed_layers(snakemake.input.hidden_states)
+    layers = analysed_layers(job.input.hidden_states)
     for name, table in tables.items():
         if name == "massive_activations":  # its rows are states (0: the embeddings): those read
             table = table[table["n_sequences"] > 0]
         else:
             table = layer_rows(table, layers)
-        write_table(table, snakemake.output[name])
-    log.info("wrote %d tables and %s", len(tables), snakemake.output.maps)
+        write_table(table, job.output[name])
+    log.info("wrote %d tables and %s", len(tables), job.output.maps)

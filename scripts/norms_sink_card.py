@@ -23,24 +23,15 @@ from attnscope.core import files
 from attnscope.core.files import write_table
 from attnscope.core.store import TOKEN_ARRAYS, HiddenStates
 from attnscope.core.tables import not_applicable
-from attnscope.pipeline import runlog
 from attnscope.pipeline.extract import extract, extract_streamed
-from attnscope.pipeline.models import open_model
+from attnscope.pipeline.job import Job
 
-log = runlog.start(snakemake)
-params = snakemake.params
-output = snakemake.output
-loaded = open_model(
-    snakemake.input.manifest,
-    snakemake.config["device"],
-    log,
-    hidden_states=snakemake.input.hidden_states,
-    with_head=True,
-    loading=snakemake.config["loading"],
-)
+job = Job(snakemake)
+log, params, output = job.log, job.params, job.output
+loaded = job.model(with_head=True)
 weights, device, batch_size = loaded.weights, loaded.device, params.batch_size
 tokenizer = AutoTokenizer.from_pretrained(loaded.manifest["path"])
-with HiddenStates(snakemake.input.hidden_states) as store:
+with HiddenStates(job.input.hidden_states) as store:
     limit = params.sink_sequences or len(store.lengths)
     found = sink_attention(store, weights, params.sink_positions, batch_size, device, limit)
     with files.scratch_folder(Path(output.heads).parent, "sink-control-") as scratch:
@@ -62,7 +53,7 @@ with HiddenStates(snakemake.input.hidden_states) as store:
     write_table(heads, output.heads)
     write_table(sink_epsilon(heads, params.sink_epsilon, params.sink_positions), output.epsilon)
     write_table(sink_stream(found, store.length), output.stream)
-    sinks = pd.read_csv(snakemake.input.attention_sinks, sep="\t")
+    sinks = pd.read_csv(job.input.attention_sinks, sep="\t")
     write_table(kobayashi_summary(sinks), output.kobayashi)
 
     hidden = ((s, store.hidden(s)) for s in range(weights.n_layers + 1))
@@ -78,4 +69,4 @@ with HiddenStates(snakemake.input.hidden_states) as store:
             store, massive, weights, loaded.head, batch_size, device
         )
     write_table(intervention, output.intervention)
-log.info("wrote the sink card of %s", snakemake.wildcards.model)
+log.info("wrote the sink card of %s", job.wildcards.model)

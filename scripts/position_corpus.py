@@ -9,16 +9,15 @@ from attnscope.core import checks
 from attnscope.core.files import write_table
 from attnscope.core.store import analysed_layers
 from attnscope.core.tables import layer_rows, not_applicable
-from attnscope.pipeline import runlog
+from attnscope.pipeline.job import Job
 from attnscope.pipeline.shards import sharded_analysis
 
-log = runlog.start(snakemake)
-params = snakemake.params
-output = snakemake.output
+job = Job(snakemake)
+log, params, output = job.log, job.params, job.output
 offsets = list(range(-params.t_max, params.t_max + 1))
 
 
-table_layers = analysed_layers(snakemake.input.hidden_states)  # the rows the tables keep
+table_layers = analysed_layers(job.input.hidden_states)  # the rows the tables keep
 
 
 def write(table, path):
@@ -41,7 +40,7 @@ def analyse(loaded, store, maps, layers):
     )
 
 
-result = sharded_analysis(snakemake, log, analyse)
+result = sharded_analysis(job, analyse)
 if isinstance(result, position_pass.PassResult):
     heads = select_heads(position_pass.mean_trt(result), result.offsets, params.heads)
     log.info("heads for g(f, theta) and xcorr (layer, head): %s", heads)

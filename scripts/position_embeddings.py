@@ -10,17 +10,16 @@ from attnscope.analyses.position.embeddings import (
 )
 from attnscope.core.files import write_table
 from attnscope.core.tables import not_applicable
-from attnscope.pipeline import runlog
-from attnscope.pipeline.models import open_model
+from attnscope.pipeline.job import Job
 
-log = runlog.start(snakemake)
-loaded = open_model(snakemake.input.manifest, loading=snakemake.config["loading"])
+job = Job(snakemake)
+log, loaded = job.log, job.model(on_cpu=True)  # weights only
 manifest, weights = loaded.manifest, loaded.weights
 if weights.rotary:
     log.info("%s is a rotary model: no position embeddings", manifest["name"])
     spectra = pca = not_applicable("rotary model (no position embeddings)")
 else:
-    with h5py.File(snakemake.input.encoded, "r") as f:
+    with h5py.File(job.input.encoded, "r") as f:
         pieces = first_full_input(f["input_ids"][()], f["attention_mask"][()])
     log.info(
         "%s: position embeddings %s, control input of %d pieces",
@@ -35,5 +34,5 @@ else:
             log.info(
                 "cumulative variance at %d components: %.4f", k, pca.cumulative_variance[k - 1]
             )
-write_table(spectra, snakemake.output.spectrum)
-write_table(pca, snakemake.output.pca)
+write_table(spectra, job.output.spectrum)
+write_table(pca, job.output.pca)

@@ -9,18 +9,11 @@ from attnscope.core import checks
 from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates
 from attnscope.core.tables import layer_rows, not_applicable
-from attnscope.pipeline import runlog
-from attnscope.pipeline.models import open_model
+from attnscope.pipeline.job import Job
 
-log = runlog.start(snakemake)
-params, output = snakemake.params, snakemake.output
-loaded = open_model(
-    snakemake.input.manifest,
-    snakemake.config["device"],
-    log,
-    hidden_states=snakemake.input.hidden_states,
-    loading=snakemake.config["loading"],
-)
+job = Job(snakemake)
+log, params, output = job.log, job.params, job.output
+loaded = job.model()
 weights = loaded.weights
 if not weights.rotary:
     log.info("%s has learned position embeddings: no rotary bands", loaded.manifest["name"])
@@ -28,7 +21,7 @@ if not weights.rotary:
     for path in output:
         write_table(skipped, path)
 else:
-    with HiddenStates(snakemake.input.hidden_states) as store:
+    with HiddenStates(job.input.hidden_states) as store:
         result = rotary.rotary_pass(
             store,
             weights,
@@ -46,7 +39,7 @@ else:
     offsets = layer_rows(rotary.offset_table(result), chosen)
     write_table(layer_rows(rotary.band_table(result), chosen), output.bands)
     write_table(offsets, output.offsets)
-    heads = rotary.positional_heads(pd.read_csv(snakemake.input.trt, sep="\t"), lengths)
+    heads = rotary.positional_heads(pd.read_csv(job.input.trt, sep="\t"), lengths)
     log.info("positional heads (layer, head, behaviour): %s", heads.to_numpy().tolist())
     pairs = list(heads[["layer", "head"]].itertuples(index=False, name=None))
     if pairs:

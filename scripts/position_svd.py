@@ -12,12 +12,11 @@ from attnscope.analyses.position.bilinear import (
 from attnscope.analyses.position.rotary import band_singular_value_table
 from attnscope.core.files import write_table
 from attnscope.core.tables import not_applicable
-from attnscope.pipeline import runlog
-from attnscope.pipeline.models import open_model
+from attnscope.pipeline.job import Job
 
-log = runlog.start(snakemake)
-include_bias = snakemake.params.include_bias
-weights = open_model(snakemake.input.manifest, log=log, loading=snakemake.config["loading"]).weights
+job = Job(snakemake)
+log, include_bias = job.log, job.params.include_bias
+weights = job.model(on_cpu=True).weights  # weights only
 if weights.rotary:
     log.info("rotary model: W^A per band; no eigen-angles (scores are not x W^A x^T)")
     singular = band_singular_value_table(weights)
@@ -30,5 +29,5 @@ else:
         angles.append(rotation_table(form, l + 1))
         log.info("layer %d: largest singular value %.4g", l + 1, float(form.S.max()))
     singular, angles = pd.concat(singular), pd.concat(angles)
-write_table(singular, snakemake.output.singular_values)
-write_table(angles, snakemake.output.angles)
+write_table(singular, job.output.singular_values)
+write_table(angles, job.output.angles)

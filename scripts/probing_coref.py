@@ -1,27 +1,18 @@
 """Coreference heads per source, layer and head on GAP, with the baselines."""
 
-import h5py
-
 from attnscope.analyses.probing.corpus_pass import coref_pass
 from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates, read_meta
-from attnscope.pipeline import runlog
-from attnscope.pipeline.models import open_model
+from attnscope.pipeline.job import Job
 
-log = runlog.start(snakemake)
-params = snakemake.params
-output = snakemake.output
-loaded = open_model(
-    snakemake.input.manifest,
-    snakemake.config["device"],
-    log,
-    hidden_states=snakemake.input.hidden_states,
-    loading=snakemake.config["loading"],
-)
-metas = read_meta(snakemake.input.encoded)
-mixing_path = snakemake.input.get("mixing_maps")
-mixing = h5py.File(mixing_path, "r") if mixing_path else None
-with HiddenStates(snakemake.input.hidden_states) as store:
+job = Job(snakemake)
+log, params, output = job.log, job.params, job.output
+loaded = job.model()
+metas = read_meta(job.input.encoded)
+with (
+    HiddenStates(job.input.hidden_states) as store,
+    job.optional_h5("mixing_maps") as mixing,
+):
     heads, best = coref_pass(
         store,
         loaded.weights,
@@ -33,8 +24,6 @@ with HiddenStates(snakemake.input.hidden_states) as store:
         mixing=mixing,
         log=log,
     )
-if mixing is not None:
-    mixing.close()
 write_table(heads, output.heads)
 write_table(best, output.best)
 log.info("wrote %s (%d rows) and %s", output.heads, len(heads), output.best)

@@ -1,27 +1,19 @@
 """Dependency heads per source, layer and head on UD EWT, and the probe's word-level features."""
 
-import h5py
-
 from attnscope.analyses.probing.corpus_pass import syntax_pass
 from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates, atomic_h5, read_meta
-from attnscope.pipeline import runlog
-from attnscope.pipeline.models import open_model
+from attnscope.pipeline.job import Job
 
-log = runlog.start(snakemake)
-params = snakemake.params
-output = snakemake.output
-loaded = open_model(
-    snakemake.input.manifest,
-    snakemake.config["device"],
-    log,
-    hidden_states=snakemake.input.hidden_states,
-    loading=snakemake.config["loading"],
-)
-metas = read_meta(snakemake.input.encoded)
-mixing_path = snakemake.input.get("mixing_maps")
-mixing = h5py.File(mixing_path, "r") if mixing_path else None
-with HiddenStates(snakemake.input.hidden_states) as store, atomic_h5(output.features) as features:
+job = Job(snakemake)
+log, params, output = job.log, job.params, job.output
+loaded = job.model()
+metas = read_meta(job.input.encoded)
+with (
+    HiddenStates(job.input.hidden_states) as store,
+    job.optional_h5("mixing_maps") as mixing,
+    atomic_h5(output.features) as features,
+):
     heads, best = syntax_pass(
         store,
         loaded.weights,
@@ -34,8 +26,6 @@ with HiddenStates(snakemake.input.hidden_states) as store, atomic_h5(output.feat
         mixing=mixing,
         log=log,
     )
-if mixing is not None:
-    mixing.close()
 write_table(heads, output.heads)
 write_table(best, output.best)
 log.info("wrote %s (%d rows), %s and %s", output.heads, len(heads), output.best, output.features)

@@ -11,22 +11,14 @@ from attnscope.analyses.weights import head_distances as hd
 from attnscope.analyses.weights.behaviours import behaviour
 from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates
-from attnscope.pipeline import runlog
-from attnscope.pipeline.models import open_model
+from attnscope.pipeline.job import Job
 
-log = runlog.start(snakemake)
-params = snakemake.params
-output = snakemake.output
-loaded = open_model(
-    snakemake.input.manifest,
-    snakemake.config["device"],
-    log,
-    hidden_states=snakemake.input.hidden_states,
-    loading=snakemake.config["loading"],
-)
+job = Job(snakemake)
+log, params, output = job.log, job.params, job.output
+loaded = job.model()
 weights, device = loaded.weights, loaded.device
 L, H = weights.n_layers, weights.n_heads
-with HiddenStates(snakemake.input.hidden_states) as store:
+with HiddenStates(job.input.hidden_states) as store:
     limit = params.n_sequences or None
     if loaded.route == "whole-model":
         D = hd.head_distances(store, weights, params.batch_size, device, limit, log)
@@ -37,7 +29,7 @@ with HiddenStates(snakemake.input.hidden_states) as store:
         )
 embedding = hd.mds_embedding(D, params.seed, params.mds_n_init, params.mds_max_iter)
 clusters, Z = hd.cluster_heads(D, params.cluster_method, params.n_clusters)
-heads = pd.read_csv(snakemake.input.heads, sep="\t")
+heads = pd.read_csv(job.input.heads, sep="\t")
 labels = behaviour(heads, params.broad_entropy, params.special_mass, params.position_mass)
 write_table(hd.distance_table(D, L, H), output.distances)
 write_table(hd.head_map_table(embedding, clusters, labels, L, H), output.head_map)

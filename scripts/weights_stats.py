@@ -5,22 +5,22 @@ from attnscope.analyses.weights.statistics import accumulate_statistics
 from attnscope.core.files import write_table
 from attnscope.core.store import analysed_layers
 from attnscope.core.tables import layer_rows
-from attnscope.pipeline import runlog
+from attnscope.pipeline.job import Job
 from attnscope.pipeline.shards import sharded_analysis
 
-log = runlog.start(snakemake)
-output = snakemake.output
+job = Job(snakemake)
+log, output = job.log, job.output
 
 
 def analyse(loaded, store, maps, layers):
-    batch_size = snakemake.params.batch_size
+    batch_size = job.params.batch_size
     return accumulate_statistics(store, loaded.weights, batch_size, loaded.device, layers=layers)
 
 
-accumulator = sharded_analysis(snakemake, log, analyse)
+accumulator = sharded_analysis(job, analyse)
 if accumulator is not None:
     heads, layers = accumulator.tables()
-    chosen = analysed_layers(snakemake.input.hidden_states)
+    chosen = analysed_layers(job.input.hidden_states)
     write_table(layer_rows(heads, chosen), output.heads)
     write_table(layer_rows(layers, chosen), output.layers)
     log.info("wrote %s and %s", output.heads, output.layers)

@@ -84,23 +84,22 @@ def gather_maps(paths: list[str | Path], out) -> None:
             part.visititems(copy)
 
 
-def sharded_analysis(snakemake, log, analyse: Callable):
-    """Run the job of a sharded family that `snakemake` describes; return the result its
+def sharded_analysis(job, analyse: Callable):
+    """Run the job of a sharded family (`job.Job`); return the result its
     tables are written from, or None for a shard's job (its part saved to `output.part`).
 
     - the gathering job (input `shards`, the `collect_shards` folder, with shards: S > 1):
       the shards' results `merged`, and their maps copied into `output.maps`;
-    - otherwise `analyse(loaded, store, maps, layers)` with the model (`open_model`, the
-      `loading` setting), the hidden-state store, the open `output.maps` HDF5 file (None
+    - otherwise `analyse(loaded, store, maps, layers)` with the model (`job.model()`), the
+      hidden-state store, the open `output.maps` HDF5 file (None
       when the family writes none) and the 0-based layers to analyse: those the store was
       made for (`layers:`), or a shard's block of them; None (all) in the one job of
       shards: 1 with every layer. A shard's rule passes `shards` as a param, so that
       another shard count reruns the shards.
     """
     from attnscope.core.store import HiddenStates, atomic_h5
-    from attnscope.pipeline.models import open_model
 
-    output, folder = snakemake.output, snakemake.input.get("shards")
+    log, output, folder = job.log, job.output, job.input.get("shards")
     parts = collected(folder, "pkl") if folder else []
     maps_path = output.get("maps")
     if parts:
@@ -109,20 +108,14 @@ def sharded_analysis(snakemake, log, analyse: Callable):
             with atomic_h5(maps_path) as maps:
                 gather_maps(collected(folder, "h5"), maps)
         return gather_parts(parts)
-    loaded = open_model(
-        snakemake.input.manifest,
-        snakemake.config["device"],
-        log,
-        hidden_states=snakemake.input.hidden_states,
-        loading=snakemake.config["loading"],
-    )
-    shard = snakemake.wildcards.get("shard")
+    loaded = job.model()
+    shard = job.wildcards.get("shard")
     opened = atomic_h5(maps_path) if maps_path else nullcontext()
-    with HiddenStates(snakemake.input.hidden_states) as store, opened as maps:
+    with HiddenStates(job.input.hidden_states) as store, opened as maps:
         log.info("%d sequences of at most %d pieces", store.n_sequences, store.length)
         layers = None if len(store.layers) == store.n_layers else store.layers
         if shard:
-            layers = shard_layers(store.layers, snakemake.params.shards, int(shard))
+            layers = shard_layers(store.layers, job.params.shards, int(shard))
         if layers is not None:
             part = f" (shard {shard})" if shard else ""
             log.info("analysing layers %s%s", layers_text(layers), part)

@@ -1,0 +1,55 @@
+"""One rule job as its script sees it: `job = Job(snakemake)` sets up the process and holds
+the job's files, params, settings and log; `job.model()` opens the job's model the way the
+configuration says (device, loading route), checked against the hidden states the job reads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from attnscope.pipeline import runlog
+from attnscope.pipeline.models import LoadedModel, open_model
+
+
+class Job:
+    """`input`, `output`, `params`, `wildcards` and `config` are Snakemake's; `log` is the
+    job's logger (its log file)."""
+
+    def __init__(self, snakemake):
+        self.log = runlog.start(snakemake)
+        self.input, self.output = snakemake.input, snakemake.output
+        self.params, self.wildcards = snakemake.params, snakemake.wildcards
+        self.config = snakemake.config
+
+    def model(self, *, with_head: bool = False, on_cpu: bool = False) -> LoadedModel:
+        """The model of the job's `manifest` input with its head when `with_head`, on the
+        configured device (the CPU when `on_cpu`: the job reads weights only) and loading
+        route; refused when its files or the job's `hidden_states` input came from other
+        weights."""
+        return open_model(
+            self.input.manifest,
+            "cpu" if on_cpu else self.config["device"],
+            self.log,
+            hidden_states=self.input.get("hidden_states"),
+            with_head=with_head,
+            loading=self.config["loading"],
+        )
+
+    def bound(self, family: str) -> float:
+        """The family's `max_rel_residual`, read from the configuration and not from params,
+        so that changing a bound reruns nothing."""
+        return self.config["analyses"][family]["max_rel_residual"]
+
+    @contextmanager
+    def optional_h5(self, name: str) -> Iterator:
+        """The job's input `name` opened read-only as HDF5, or None where the rule gives none;
+        closed on leaving."""
+        import h5py
+
+        path = self.input.get(name)
+        if path is None:
+            yield None
+            return
+        with h5py.File(path, "r") as f:
+            yield f
