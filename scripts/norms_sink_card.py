@@ -23,7 +23,6 @@ from attnscope.core import files
 from attnscope.core.files import write_table
 from attnscope.core.store import TOKEN_ARRAYS, HiddenStates
 from attnscope.core.tables import not_applicable
-from attnscope.pipeline.extract import extract, extract_streamed
 from attnscope.pipeline.job import Job
 
 job = Job(snakemake)
@@ -40,10 +39,7 @@ with HiddenStates(job.input.hidden_states) as store:
             for name in TOKEN_ARRAYS:
                 f[name] = getattr(store, name)[:limit]
             f["input_ids"][...] = repeated_token_ids(f["input_ids"][...], f["category"][...])
-        if loaded.route == "layer-streamed":
-            extract_streamed(loaded.manifest["path"], encoded, states, batch_size, device)
-        else:
-            extract(loaded.model, encoded, states, batch_size, device)
+        loaded.extract_states(encoded, states, batch_size)
         log.info("repeated-token control extracted on the %s route", loaded.route)
         with HiddenStates(states) as control_store:
             control = sink_attention(

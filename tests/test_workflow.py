@@ -461,8 +461,8 @@ def test_layer_streamed_loading_gives_the_whole_models_results(tiny_run, tmp_pat
     assert result.returncode == 0, result.stderr[-3000:]
     logs = Path("results/tiny/wiki/logs")
     extraction = (logs / "extract_hidden_states.log").as_posix()
-    assert "extraction route: layer-streamed" in (tmp_path / extraction).read_text()
-    assert "extraction route: whole-model" in (workdir / extraction).read_text()  # auto, tiny
+    assert "loading route: layer-streamed" in (tmp_path / extraction).read_text()
+    assert "loading route: whole-model" in (workdir / extraction).read_text()  # auto, tiny
     streamed_rules = ("norms_compute", "mixing_compute", "weights_stats", "weights_distances")
     for rule in (*streamed_rules, "position_corpus", "mixing_propagate", "views_pages"):
         found = list((tmp_path / "results/tiny").glob(f"*/logs/{rule}.log"))

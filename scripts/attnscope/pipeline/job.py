@@ -22,11 +22,13 @@ class Job:
         self.params, self.wildcards = snakemake.params, snakemake.wildcards
         self.config = snakemake.config
 
-    def model(self, *, with_head: bool = False, on_cpu: bool = False) -> LoadedModel:
+    def model(
+        self, *, with_head: bool = False, on_cpu: bool = False, dtype: str = "float32"
+    ) -> LoadedModel:
         """The model of the job's `manifest` input with its head when `with_head`, on the
         configured device (the CPU when `on_cpu`: the job reads weights only) and loading
-        route; refused when its files or the job's `hidden_states` input came from other
-        weights."""
+        route, in `dtype` (extraction's compute type); refused when its files or the job's
+        `hidden_states` input came from other weights."""
         return open_model(
             self.input.manifest,
             "cpu" if on_cpu else self.config["device"],
@@ -34,6 +36,7 @@ class Job:
             hidden_states=self.input.get("hidden_states"),
             with_head=with_head,
             loading=self.config["loading"],
+            dtype=dtype,
         )
 
     def bound(self, family: str) -> float:

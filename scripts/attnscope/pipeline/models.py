@@ -388,6 +388,20 @@ class LoadedModel:
         """The module with every weight in memory, or None on the layer-streamed route."""
         return self.model if self.route == "whole-model" else None
 
+    def extract_states(self, encoded_path, out_path, batch_size: int, **settings) -> dict:
+        """Store the hidden states of an encoded corpus at `out_path`, the same file on either
+        route: a whole-model forward per batch, or one layer over every batch at a time
+        (`extract.extract`, `extract.extract_streamed`; `settings`: their keywords)."""
+        from attnscope.pipeline import extract
+
+        if self.route == "layer-streamed":
+            return extract.extract_streamed(
+                self.manifest["path"], encoded_path, out_path, batch_size, self.device, **settings
+            )
+        return extract.extract(
+            self.model, encoded_path, out_path, batch_size, self.device, **settings
+        )
+
 
 def cuda_visible() -> bool | None:
     """Whether torch sees a CUDA device; None where torch is not installed (a driver
@@ -471,7 +485,8 @@ def open_model(
     """Load the model a manifest describes (eager attention, eval mode) on the resolved device,
     with its language-model head when `with_head` and the manifest's `lm_head` names one.
 
-    `dtype`: the weights' type on the whole-model route (extraction's `compute_dtype`).
+    `dtype`: the weights' type on the whole-model route (extraction's `compute_dtype`,
+    checked against the device), also the size of a weight in the `auto` route's choice.
     `loading` (the setting: auto, whole-model, layer-streamed; `layer_stream.loading_route`): on the
     layer-streamed route the module is on the meta device but for the layers in use, and the
     canonical weights read each layer when it is first used (`streamed_weights`); the head
@@ -487,7 +502,8 @@ def open_model(
     if hidden_states is not None:
         check_store_weights(hidden_states, manifest)
     device = pick_device(device_setting)
-    route = loading_route(loading, manifest["path"], device)
+    check_compute_dtype(dtype, device)
+    route = loading_route(loading, manifest["path"], device, 4 if dtype == "float32" else 2)
     if log is not None:
         log.info("model %s on %s, loading route: %s", manifest["name"], device, route)
     head_kind = manifest.get("lm_head") if with_head else None
