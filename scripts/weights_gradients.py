@@ -47,7 +47,7 @@ with HiddenStates(snakemake.input.hidden_states) as store:
             log=log,
         )
         if route == "layer-streamed":
-            from attnscope.pipeline.streamed_backward import streamed_gradient_importance
+            from attnscope.analyses.weights.streamed_backward import streamed_gradient_importance
 
             runlog.release_freed_memory()
             scratch = Path(snakemake.output[0]).parent

@@ -316,7 +316,7 @@ if job == "extraction":  # a layer subset's states pass through a scratch file
     extract_streamed(work / "model", work / "encoded.h5", results / "hidden_states.h5", 2, "cpu",
                      log=Sleeping(), layers=[2])
 elif job == "gradients":
-    from attnscope.pipeline.streamed_backward import streamed_gradient_importance
+    from attnscope.analyses.weights.streamed_backward import streamed_gradient_importance
     with HiddenStates(work / "states.h5") as store:
         streamed_gradient_importance(work / "model", store, "causal", None, 0.3, 0, 2, "cpu",
                                      scratch_folder=results / "weights", log=Sleeping())

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from attnscope.analyses.weights.gradients import gradient_importance
+from attnscope.analyses.weights.streamed_backward import streamed_gradient_importance
 from attnscope.core.store import HiddenStates
 from attnscope.pipeline.extract import extract
-from attnscope.pipeline.streamed_backward import streamed_gradient_importance
 from conftest import tiny_model, write_tiny_encoded
 
 MASK_ID = 5  # any id of the tiny vocabularies stands in for [MASK]
