@@ -1,21 +1,17 @@
 """Attention probes (Clark et al. 2019, section 5): trained on EWT dev, UAS on EWT test."""
 
-from attnscope.analyses.probing.probe import probe_tables
+from attnscope.analyses.probing.probe import ProbeTraining, probe_tables
 from attnscope.core.files import write_table
 from attnscope.core.store import read_meta
-from attnscope.pipeline import runlog
+from attnscope.pipeline.job import Job
 
-log = runlog.start(snakemake)
-params = snakemake.params
-output = snakemake.output
+job = Job(snakemake)
+log, params, output = job.log, job.params, job.output
 probe, curve = probe_tables(
-    snakemake.input.features,
-    read_meta(snakemake.input.encoded),
+    job.input.features,
+    read_meta(job.input.encoded),
     list(params.sources),
-    seed=params.seed,
-    epochs=params.epochs,
-    learning_rate=params.learning_rate,
-    fractions=list(params.learning_curve),
+    ProbeTraining(params.seed, params.epochs, params.learning_rate, tuple(params.learning_curve)),
     log=log,
 )
 write_table(probe, output.probe)

@@ -428,7 +428,7 @@ def test_probe_tables_and_figures_from_a_tiny_run(tmp_path):
 
     from attnscope.analyses.probing import plots
     from attnscope.analyses.probing.outputs import FAMILY
-    from attnscope.analyses.probing.probe import probe_tables
+    from attnscope.analyses.probing.probe import ProbeTraining, probe_tables
 
     store_path, model, metas = tiny_corpus(tmp_path, "bert")
     weights = canonical_weights(model)
@@ -441,10 +441,7 @@ def test_probe_tables_and_figures_from_a_tiny_run(tmp_path):
         str(tmp_path / "features.h5"),
         metas,
         ["weights", "norms"],
-        seed=0,
-        epochs=2,
-        learning_rate=0.02,
-        fractions=[0.5],
+        ProbeTraining(seed=0, epochs=2, learning_rate=0.02, fractions=(0.5,)),
     )
     n_test = sum(1 for m in metas[3:] for u in m["upos"] if u != "PUNCT")
     assert set(probe["probe"]) == {"attn", "attn+emb", "dist+emb", "right-branching"}
@@ -478,16 +475,13 @@ def test_probe_tables_and_figures_from_a_tiny_run(tmp_path):
 
 
 def test_probe_without_a_test_split_says_so(tmp_path):
-    from attnscope.analyses.probing.probe import probe_tables
+    from attnscope.analyses.probing.probe import ProbeTraining, probe_tables
 
     metas = [{"words": ["a"], "heads": [-1], "relations": ["root"], "split": "dev"}]
     probe, curve = probe_tables(
         str(tmp_path / "unused.h5"),
         metas,
         ["weights"],
-        seed=0,
-        epochs=1,
-        learning_rate=0.1,
-        fractions=[],
+        ProbeTraining(seed=0, epochs=1, learning_rate=0.1),
     )
     assert probe["uas"].isna().all() and probe["status"].str.contains("no test").all()

@@ -26,6 +26,21 @@ PROBES = ("attn", "attn+emb", "dist+emb")
 MAX_OFFSET = 8
 
 
+@dataclass(frozen=True)
+class ProbeTraining:
+    """How the probes train: Adam at `learning_rate` for `epochs` full passes, seeded by
+    `seed` (initialisation, batch order and the learning curve's subsets), on `train_split`,
+    scored on `test_split`; the learning curve adds runs on these `fractions` of the training
+    sentences."""
+
+    seed: int
+    epochs: int
+    learning_rate: float
+    fractions: tuple[float, ...] = ()
+    train_split: str = "dev"
+    test_split: str = "test"
+
+
 @dataclass
 class Sequence:
     """One EWT sequence: maps [F, W + 1, W + 1] (ROOT last), word_vectors [W, d] (embedding
@@ -211,22 +226,12 @@ def load_split(features_path: str, source: str, metas: list[dict], split: str) -
 
 
 def probe_tables(
-    features_path: str,
-    metas: list[dict],
-    sources: list[str],
-    *,
-    seed: int,
-    epochs: int,
-    learning_rate: float,
-    fractions: list[float],
-    train_split: str = "dev",
-    test_split: str = "test",
-    log=None,
+    features_path: str, metas: list[dict], sources: list[str], training: ProbeTraining, log=None
 ):
     """probe.tsv (source probe uas n_words n_train status) and probe_learning_curve.tsv
     (source probe train_fraction n_train uas n_words). Training subsets: seeded draws."""
     splits = {m.get("split") for m in metas}
-    missing = [name for name in (train_split, test_split) if name not in splits]
+    missing = [s for s in (training.train_split, training.test_split) if s not in splits]
     if missing:  # e.g. a corpus cut to its first sequences, all from dev
         status = f"not applicable: no {' or '.join(missing)} sequences in the corpus"
         if log:
@@ -234,18 +239,7 @@ def probe_tables(
         rows = [(s, p, np.nan, 0, 0, status) for s in sources for p in PROBES]
         curve = [(s, p, 1.0, 0, np.nan, 0) for s in sources for p in PROBES]
     else:
-        rows, curve = _train_all(
-            features_path,
-            metas,
-            sources,
-            seed,
-            epochs,
-            learning_rate,
-            fractions,
-            train_split,
-            test_split,
-            log,
-        )
+        rows, curve = _train_all(features_path, metas, sources, training, log)
     import pandas as pd
 
     columns = ["source", "probe", "uas", "n_words", "n_train", "status"]
@@ -256,25 +250,14 @@ def probe_tables(
     return probe_table, curve_table
 
 
-def _train_all(
-    features_path,
-    metas,
-    sources,
-    seed,
-    epochs,
-    learning_rate,
-    fractions,
-    train_split,
-    test_split,
-    log,
-):
+def _train_all(features_path, metas, sources, training: ProbeTraining, log):
     rows, curve = [], []
     for s_i, source in enumerate(sources):
-        rng = np.random.default_rng(seed)  # the same training subsets for every source
-        train = load_split(features_path, source, metas, train_split)
-        test = load_split(features_path, source, metas, test_split)
+        rng = np.random.default_rng(training.seed)  # the same training subsets for every source
+        train = load_split(features_path, source, metas, training.train_split)
+        test = load_split(features_path, source, metas, training.test_split)
         subsets = {1.0: np.arange(len(train))}
-        for fraction in fractions:
+        for fraction in training.fractions:
             size = max(1, round(fraction * len(train)))
             subsets[fraction] = np.sort(rng.permutation(len(train))[:size])
         test_batches: dict[str, list] = {}  # padded once per feature kind
@@ -291,9 +274,9 @@ def _train_all(
                     probe,
                     train_batches,
                     test_batches[kind],
-                    seed=seed,
-                    epochs=epochs,
-                    learning_rate=learning_rate,
+                    seed=training.seed,
+                    epochs=training.epochs,
+                    learning_rate=training.learning_rate,
                 )
                 del train_batches  # freed before the next subset's batches are built
                 name = "none" if probe == "dist+emb" else source
