@@ -161,9 +161,16 @@ def sequence_page(
     mask = torch.ones(1, n, dtype=torch.long, device=device)
     exact = store.exact
     alpha_error = 0.0
+    if scopes:  # why each head attends: the logits split by component, layer by layer
+        with torch.no_grad():
+            split, why = why_start(store, index, n, weights, model, device), []
     for l, layer in enumerate(weights.layers):
         X = torch.from_numpy(store.hidden(l, index, index + 1)[:, :n]).to(device)
         with torch.no_grad():
+            if scopes:
+                why.append((len(split.names), *why_layer(split, X[0], mask, layer, l, residuals)))
+                if l + 1 < weights.n_layers:
+                    split = layer_split(split, X[0], mask, layer, l)
             q, k = queries_keys(X, layer)
             fx = value_vectors(X, layer)
             alpha = attention_probs(X, mask, layer)
@@ -188,7 +195,7 @@ def sequence_page(
             page.arrays[f"{scope}/{l + 1}/value"] = values
     page.header["prediction"] = {"reason": "the views' `scopes` setting is off"}
     if scopes:  # the decomposition carried from the input tokens through every layer
-        add_why(page, store, index, weights, model, residuals, device)
+        write_why(page, split.names, why)
         settings = (ig_steps, top_k, residuals, device)
         last = add_propagated(page, store, index, weights, model, *settings)
         add_prediction(
@@ -199,27 +206,20 @@ def sequence_page(
     return page
 
 
-def add_why(page: Page, store, index: int, weights, model, residuals, device) -> None:
-    """`why/{l}/key|pair|value` and `header["components"]` (module docstring): the split of
-    each layer input by component carried from the embeddings (`maps.attend`), each norm's
-    scale and the weights from the stored states; checked per layer: the terms of every
-    stored (query, key) pair summed over all component pairs against the logit from the
-    real layer input (relative to the largest |logit| of the layer)."""
-    n = page.header["n"]
+def why_start(store, index: int, n: int, weights, model, device):
+    """The embedding output of sequence `index` split by component (`maps.attend`)."""
     arrays = {
         name: torch.from_numpy(getattr(store, name)[index : index + 1, :n].astype("int64"))
         for name in ("input_ids", "attention_mask", "token_type_ids")
     }
     inputs = architecture(weights.model_type).model_inputs(model, **arrays)
-    mask = torch.ones(1, n, dtype=torch.long, device=device)
-    found = []
-    with torch.no_grad():
-        split = embedding_split(weights, {k: v.to(device) for k, v in inputs.items()}, True)
-        for l, layer in enumerate(weights.layers):
-            X = torch.from_numpy(store.hidden(l, index, index + 1)[0, :n]).to(device)
-            found.append((len(split.names), *why_layer(split, X, mask, layer, l, residuals)))
-            split = layer_split(split, X, mask, layer, l)
-    names = [*split.names[: found[-1][0]], BIAS]  # every layer's names are a prefix of these
+    return embedding_split(weights, {k: v.to(device) for k, v in inputs.items()}, True)
+
+
+def write_why(page: Page, names: list[str], found: list) -> None:
+    """`why/{l}/key|pair|value` and `header["components"]` (module docstring) from each
+    layer's (own component count, `why_layer`'s result); `names` the last layer's split."""
+    names = [*names[: found[-1][0]], BIAS]  # every layer's names are a prefix of these
     page.header["components"] = names
     for l, (own, keys, pairs, values) in enumerate(found):
         pairs[pairs == own] = len(names) - 1  # the layer's own bias index -> the last
@@ -230,7 +230,9 @@ def add_why(page: Page, store, index: int, weights, model, residuals, device) ->
 
 def why_layer(split, X: torch.Tensor, mask, layer, l: int, residuals):
     """Layer l's (0-based) top keys [H, n, e], their top component pairs [H, n, e, p, 2] and
-    terms [H, n, e, p], from the split of its input X [n, d]."""
+    terms [H, n, e, p], from the split of its input X [n, d]; checked: the terms of every
+    stored (query, key) pair summed over all component pairs against the logit from the real
+    layer input (relative to the layer's largest |logit|)."""
     read = split.normed(layer.ln_attn if layer.pre_ln else None, X)
     q_parts, q_bias = qk_split(read, X, layer, "q")
     k_parts, k_bias = qk_split(read, X, layer, "k")
