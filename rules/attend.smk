@@ -19,6 +19,7 @@ rule attend_compute:
         lift=ATTEND_OUT.table("lift.tsv"),
         key_classes=ATTEND_OUT.table("key_classes.tsv"),
         bands=ATTEND_OUT.table("bands.tsv"),
+        trt_terms=ATTEND_OUT.table("trt_terms.tsv"),
         decomposition_check=ATTEND_OUT.table("decomposition_check.tsv"),
     log:
         "results/{model}/{corpus}/logs/attend_compute.log",

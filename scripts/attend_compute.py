@@ -32,5 +32,8 @@ write_table(sums.lift_table(params.top_k, classes=False), output.lift)
 write_table(sums.lift_table(params.top_k, classes=True), output.key_classes)
 rotary = any(layer.rotary is not None for layer in loaded.weights.layers)
 write_table(sums.band_table() if rotary else not_applicable("no rotary embedding"), output.bands)
+learned = bool(sums.trt)  # the split has embed.position: learned absolute positions
+trt = sums.trt_table() if learned else not_applicable("no learned position embeddings")
+write_table(trt, output.trt_terms)
 write_table(check, output.decomposition_check)
 log.info("wrote the attend tables of %s", snakemake.wildcards.model)

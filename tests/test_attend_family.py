@@ -1,15 +1,18 @@
 """The attend family (`analyses/attend`): the corpus sums of what lifts the attended keys
-and the key classes equal a direct computation from `maps.attend`'s [n, n, C, C] terms."""
+and the key classes, and the tr_t profiles of the embedding terms, equal a direct computation
+from `maps.attend`'s [n, n, C, C] terms."""
 
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 from attnscope.analyses.attend.corpus_pass import corpus_pass
 from attnscope.analyses.attend.lift import key_classes
 from attnscope.analyses.attend.statistics import head_rows
+from attnscope.analyses.attend.trt_terms import EMBED_PAIRS, OFFSETS, PROFILES, term_profiles
 from attnscope.architectures import architecture, canonical_weights
 from attnscope.core.checks import CheckError
 from attnscope.core.store import HiddenStates
@@ -174,3 +177,142 @@ def test_a_layer_subset_store_gives_the_whole_stores_sums_for_its_layers(tmp_pat
     for key, sums in subset.sums.items():
         for name, value in sums.items():
             np.testing.assert_allclose(value, whole.sums[key][name], rtol=1e-4, atol=1e-6)
+
+
+def direct_profiles(found, visible: torch.Tensor) -> torch.Tensor:
+    """[P, T] tr_t of word x word, word x position, position x word, position x position,
+    the rest and the logit, straight from `attend`'s [n, n, C, C] terms, diagonal by
+    diagonal."""
+    T = found.terms.double()
+    pairs = [found.term(f"embed.{a}", f"embed.{b}").double() for a, b in EMBED_PAIRS]
+    maps = [*pairs, T.sum((-1, -2)) - sum(pairs), found.logits.double()]
+    n = T.shape[0]
+    out = torch.zeros(len(maps), len(OFFSETS), dtype=torch.float64)
+    for p, M in enumerate(maps):
+        for k, t in enumerate(OFFSETS):
+            out[p, k] = sum(
+                float(M[i, i + t]) for i in range(n) if 0 <= i + t < n and visible[i, i + t]
+            )
+    return out
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_trt_term_profiles_equal_the_diagonals_of_attend_terms(tmp_path, family):
+    """trt_terms.tsv is the mean over sequences of the diagonal sums of `attend`'s terms, and
+    the four embedding pairs and the rest sum to the logit's profile."""
+    path, model = write_tiny_store(tmp_path, family)
+    weights = canonical_weights(model)
+    with HiddenStates(path) as store:
+        sums, _ = corpus_pass(
+            store, weights, model, sequences=SEQUENCES, device="cpu", max_rel_residual=1e-4
+        )
+        table = sums.trt_table()
+        assert list(table.columns) == ["layer", "head", "pair", "t", "value"]
+        assert set(table["pair"]) == set(PROFILES) and sorted(set(table["t"])) == list(OFFSETS)
+        for layer in range(weights.n_layers):
+            causal = weights.layers[layer].causal
+            for head in range(weights.n_heads):
+                want = 0
+                for s in range(SEQUENCES):
+                    found = attend_split(
+                        model, weights, sequence_inputs(store, model, s), layer, head
+                    )
+                    n = found.logits.shape[0]
+                    visible = torch.ones(n, n).tril().bool() if causal else torch.ones(n, n).bool()
+                    want = want + direct_profiles(found, visible) / SEQUENCES
+                rows = table[(table["layer"] == layer + 1) & (table["head"] == head + 1)]
+                got = rows.pivot(index="pair", columns="t", values="value").loc[list(PROFILES)]
+                size = float(want.abs().max())
+                np.testing.assert_allclose(got.to_numpy(), want.numpy(), rtol=0, atol=1e-5 * size)
+                terms = got.loc[list(PROFILES[:-1])].sum(axis=0)
+                np.testing.assert_allclose(terms, got.loc["logit"], rtol=0, atol=1e-5 * size)
+                if causal:  # keys after the query are masked
+                    assert (got.loc[:, [t for t in OFFSETS if t > 0]].to_numpy() == 0).all()
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
+def test_zeroed_position_embeddings_give_zero_position_profiles(tmp_path, family):
+    """With the position embeddings set to 0 in the model that makes the states, every term
+    with a position side is exactly 0; a rotary model has no profiles at all."""
+    model = tiny_model(family)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "position_embeddings" in name or name.endswith("wpe.weight"):
+                p.zero_()
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", family)
+    path = tmp_path / "states.h5"
+    extract(model, encoded, path, batch_size=3, device="cpu")
+    with HiddenStates(path) as store:
+        sums, _ = corpus_pass(
+            store, canonical_weights(model), model, sequences=1, device="cpu", max_rel_residual=1e-4
+        )
+    table = sums.trt_table()
+    if family == "llama":
+        assert table.empty and not sums.trt
+        return
+    positional = table["pair"].str.contains("position")
+    assert positional.sum() == 3 * 2 * 4 * len(OFFSETS)  # 3 pairs, layers, heads, offsets
+    assert (table.loc[positional, "value"] == 0).all()
+    assert table.loc[table["pair"] == "word x word", "value"].abs().max() > 0
+
+
+def diagonal_sums_by_hand(M: torch.Tensor, visible: torch.Tensor) -> torch.Tensor:
+    n = M.shape[0]
+    return torch.tensor(
+        [sum(float(M[i, i + t]) for i in range(n) if 0 <= i + t < n and visible[i, i + t])
+         for t in OFFSETS],
+        dtype=torch.float64,
+    )  # fmt: skip
+
+
+def test_term_profiles_known_answer():
+    """Constructed queries and keys: word parts a constant vector (a . a = 2) in its own
+    dimension, position parts one-hot with q_i(position) . k_j(position) = 1 iff j = i - 1,
+    a random bias on both sides; all keys visible, then the causal ones."""
+    n, scale = 6, 0.5
+    Q, K = torch.zeros(2, 1, 3, n, n + 1, dtype=torch.float64)
+    Q[0, 0, :, n] = K[0, 0, :, n] = 2**0.5  # embed.word
+    for i in range(1, n):
+        Q[0, 1, i, i - 1] = 1.0  # embed.position
+    K[0, 1] = torch.eye(n, n + 1, dtype=torch.float64)
+    g = torch.Generator().manual_seed(0)
+    Q[0, 2], K[0, 2] = torch.randn(2, n, n + 1, generator=g, dtype=torch.float64)  # bias
+    logits = Q.sum(1) @ K.sum(1).transpose(-1, -2) * scale
+    names = ["embed.word", "embed.position", "bias"]
+    offsets = torch.tensor(OFFSETS, dtype=torch.float64)
+    length = (n - offsets.abs()).clamp_min(0)  # the diagonal's length
+    for causal in (False, True):
+        visible = torch.ones(n, n).bool()
+        visible = visible.tril() if causal else visible
+        profiles = term_profiles(Q, K, logits, visible, scale, names)[0]
+        got = dict(zip(PROFILES, profiles, strict=True))
+        seen = (offsets <= 0).double() if causal else torch.ones_like(offsets)
+        torch.testing.assert_close(got["word x word"], scale * 2 * length * seen)
+        assert (got["word x position"] == 0).all() and (got["position x word"] == 0).all()
+        peak = scale * (n - 1) * (offsets == -1).double()
+        torch.testing.assert_close(got["position x position"], peak)
+        rest = Q[0].sum(0) @ K[0].sum(0).T - Q[0, :2].sum(0) @ K[0, :2].sum(0).T
+        torch.testing.assert_close(got["rest"], diagonal_sums_by_hand(rest * scale, visible))
+        torch.testing.assert_close(got["logit"], diagonal_sums_by_hand(logits[0], visible))
+
+
+def test_the_trt_terms_figure_draws_the_heads_with_the_strongest_peaks():
+    """Head (1, 2) peaks at t = -1, head (2, 1) at t = +1, head (1, 1) is flat (a large
+    constant offset, which the median removes); a causal table (t > 0 all 0) skips t = +1."""
+    import matplotlib.pyplot as plt
+
+    from attnscope.analyses.attend.plots import peak_heads, trt_terms
+
+    rows = []
+    for layer, head, t_peak, base in ((1, 1, None, 50.0), (1, 2, -1, 0.0), (2, 1, 1, 0.0)):
+        for pair in PROFILES:
+            for t in OFFSETS:
+                value = base + (3.0 if t == t_peak else 0.0)
+                rows.append([layer, head, pair, t, value])
+    table = pd.DataFrame(rows, columns=["layer", "head", "pair", "t", "value"])
+    assert peak_heads(table, figure_heads=1) == [(-1, 1, 2), (1, 2, 1)]
+    causal = table.assign(value=table["value"].where(table["t"] <= 0, 0.0))
+    assert peak_heads(causal, figure_heads=1) == [(-1, 1, 2)]
+    fig = trt_terms(table, title="tiny", figure_heads=1)
+    assert len(fig.axes) == 2 and fig.axes[0].get_title().startswith("L1 H2")
+    plt.close(fig)

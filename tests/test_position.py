@@ -19,7 +19,7 @@ from attnscope.analyses.position.bilinear import (
     score_weights,
     wa_singular_value_table,
 )
-from attnscope.analyses.position.diagonals import cluster_profiles, diagonal_sums, select_heads
+from attnscope.analyses.position.diagonals import cluster_profiles, select_heads
 from attnscope.analyses.position.embeddings import (
     amplitude_spectrum,
     embedding_spectra,
@@ -29,6 +29,7 @@ from attnscope.analyses.position.outputs import FAMILY as POSITION
 from attnscope.analyses.position.waves import cross_covariance
 from attnscope.architectures import canonical_weights
 from attnscope.core.attention import attention_probs
+from attnscope.core.diagonals import diagonal_sums
 from attnscope.core.store import HiddenStates
 from conftest import TINY, tiny_model, write_tiny_store
 

@@ -14,13 +14,20 @@ import numpy as np
 import pytest
 import torch
 
-from attnscope.analyses.views.page import pack, render_page, unpack
-from attnscope.analyses.views.payload import segments, sequence_page, word_units
-from attnscope.architectures import canonical_weights, prediction_head
+from attnscope.analyses.views.page import pack, read_page, render_page, unpack
+from attnscope.analyses.views.payload import (
+    WHY_KEYS,
+    WHY_PAIRS,
+    segments,
+    sequence_page,
+    word_units,
+)
+from attnscope.architectures import architecture, canonical_weights, prediction_head
 from attnscope.core.attention import visible_pairs
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CLS, OTHER, SEP, piece_labels
+from attnscope.maps.attend import attend_split
 from attnscope.maps.layer_maps import layer_scope_maps
 from attnscope.maps.prediction import Prediction
 from attnscope.maps.propagation import propagate
@@ -201,6 +208,43 @@ def test_prediction_row_says_why_it_is_missing(tmp_path):
     assert not any(name.startswith("prediction/") for name in without_head.arrays)
 
 
+@pytest.mark.parametrize("family_name", ["bert", "gpt2", "llama"])
+def test_why_arrays_are_the_top_terms_of_attend(tmp_path, family_name):
+    """Per layer, head and query row: the stored keys are the row's key(s) of largest weight,
+    and their pairs are the component pairs with the largest |term| of `attnscope.attend`'s
+    split of s_ij, with those terms (float16)."""
+    page, store_path, model = build_page(tmp_path, family_name)
+    weights = canonical_weights(model)
+    n, names = page.header["n"], page.header["components"]
+    assert names[-1] == "bias" and names[:1] in (["embed"], ["embed.word"])
+    alphas = model_attentions(store_path, model, n)
+    with HiddenStates(store_path) as store:
+        arrays = {
+            name: torch.from_numpy(getattr(store, name)[:1, :n].astype(np.int64))
+            for name in ("input_ids", "attention_mask", "token_type_ids")
+        }
+    inputs = architecture(weights.model_type).model_inputs(model, **arrays)
+    for layer in range(weights.n_layers):
+        keys = page.arrays[f"why/{layer + 1}/key"]
+        pairs, values = page.arrays[f"why/{layer + 1}/pair"], page.arrays[f"why/{layer + 1}/value"]
+        e, p, H = WHY_KEYS, WHY_PAIRS, weights.n_heads
+        assert keys.shape == (H, n, e) and pairs.shape == (H, n, e, p, 2)
+        for head in range(weights.n_heads):
+            found = attend_split(model, weights, inputs, layer, head)
+            alpha = alphas[layer][0, head]
+            for i in range(n):
+                top = torch.sort(alpha[i], descending=True).values[:e]
+                np.testing.assert_allclose(alpha[i, keys[head, i]], top, atol=1e-6)
+                for a, j in enumerate(keys[head, i]):
+                    terms = found.terms[i, j]
+                    biggest = terms.abs().flatten().sort(descending=True).values[:p]
+                    for b in range(p):
+                        c, d = (names[x] for x in pairs[head, i, a, b])
+                        want = float(found.term(c, d)[i, j])
+                        assert abs(float(values[head, i, a, b]) - want) <= 2e-3 * abs(want) + 1e-6
+                        assert abs(abs(want) - float(biggest[b])) <= 1e-5 * float(biggest[0])
+
+
 def write_page(tmp_path, family: str, length: int = 16):
     """(page path, header, store path, model) of a tiny model's sequence 0."""
     page, store_path, model = build_page(tmp_path, family, length=length)
@@ -272,6 +316,41 @@ def test_views_draw_react_and_save_offline(browser, tmp_path, family_name):
     np.testing.assert_allclose(got, want, atol=5e-3)
     for view in ("head", "model", "neuron"):
         assert (tmp_path / f"{view}.png").stat().st_size > 5000
+
+
+@pytest.mark.parametrize("family_name", ["bert", "llama"])
+def test_clicking_a_key_in_the_neuron_view_shows_why(browser, tmp_path, family_name):
+    """Neuron view, layer 2, head 2, query 5: clicking its key of largest weight lists the
+    page's top component pairs of that logit; a key the page has no pairs for says so."""
+    path, header, _, _ = write_page(tmp_path, family_name)
+    page_data, arrays = read_page(path.read_text(encoding="utf-8"))
+    opened = Opened(browser, path)
+    page = opened.page
+    opened.choose("#layer", "2")
+    page.click(".tabs button[data-view='neuron']")
+    page.select_option("#neuron-head", index=1)  # head 2
+    assert page.evaluate("attnscope.state.neuronHead") == 1
+    page.click("#neuron .neuron-query[data-index='5']")
+    assert "click a key" in page.inner_text("#why")
+    key = int(arrays["why/2/key"][1, 5, 0])
+    page.click(f"#neuron .neuron-row[data-key='{key}']")
+    shown = page.eval_on_selector_all(
+        "#why .why-pair", "rs => rs.map(r => [r.dataset.query, r.dataset.key, +r.dataset.value])"
+    )
+    names = page_data["components"]
+    want = [
+        [names[c], names[d], float(v)]
+        for (c, d), v in zip(
+            arrays["why/2/pair"][1, 5, 0], arrays["why/2/value"][1, 5, 0], strict=True
+        )
+    ]
+    assert [s[:2] for s in shown] == [w[:2] for w in want]
+    np.testing.assert_allclose([s[2] for s in shown], [w[2] for w in want], rtol=1e-3)
+    other = next(j for j in range(6) if j not in arrays["why/2/key"][1, 5])
+    page.click(f"#neuron .neuron-row[data-key='{other}']")
+    assert "largest weight only" in page.inner_text("#why")
+    assert opened.errors == [] and opened.requests == [opened.url]
+    opened.close()
 
 
 @pytest.mark.parametrize("family_name", ["bert", "gpt2"])

@@ -136,6 +136,8 @@ def test_tiny_workflow_runs_every_rule(tiny_run):
         "punct",
     }
     assert attend["bands"]["status"].tolist() == ["not applicable: no rotary embedding"]
+    trt = attend["trt_terms"]  # learned positions: 6 profiles x 21 offsets x 2 layers x 4 heads
+    assert len(trt) == 6 * 21 * 2 * 4 and trt["value"].notna().all()
     # the pages' prediction rows: every [MASK] of the sequence, split as in prediction.tsv
     prediction = pd.read_csv(mixing / "prediction.tsv", sep="\t", keep_default_na=False)
     with h5py.File(workdir / "results/tiny/wiki_masked/hidden_states.h5", "r") as f:
@@ -164,7 +166,7 @@ def check_attend_outputs(folder: Path, n_heads: int) -> dict[str, pd.DataFrame]:
     one total per layer, head and key class with the top pairs and sides, the figure."""
     tables = {
         name: pd.read_csv(folder / f"{name}.tsv", sep="\t")
-        for name in ("lift", "key_classes", "bands", "decomposition_check")
+        for name in ("lift", "key_classes", "bands", "trt_terms", "decomposition_check")
     }
     check = tables["decomposition_check"]
     assert set(check["stage"]) == {"state", "attention output", "lift", "lift pairs"}
@@ -175,6 +177,7 @@ def check_attend_outputs(folder: Path, n_heads: int) -> dict[str, pd.DataFrame]:
     assert {"pair", "query", "key"} <= set(lift["side"]) and (totals["share"] == 1).all()
     assert (tables["key_classes"]["side"] != "pair").all()
     assert (folder / "figures/lift_pairs.png").stat().st_size > 1000
+    assert (folder / "figures/trt_terms.png").stat().st_size > 1000
     return tables
 
 
@@ -302,6 +305,8 @@ def test_decoders_run_every_rule(decoder_run):
         # the attend family: the rotary bands sum to each head's total lift
         attend = check_attend_outputs(results / "wiki/attend", n_heads=4)
         assert set(attend["key_classes"]["keys"]) == {"first", "previous", "self"}
+        no_learned = ["not applicable: no learned position embeddings"]
+        assert attend["trt_terms"]["status"].tolist() == no_learned
         classes = pd.concat([attend["lift"], attend["key_classes"]])
         totals = classes[classes["side"] == "total"].set_index(["layer", "head", "keys"])
         bands = attend["bands"].groupby(["layer", "head", "keys"])["lift"].sum()

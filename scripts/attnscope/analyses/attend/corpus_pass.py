@@ -4,7 +4,8 @@ Per sequence: the embedding output split by component (`maps.attend.embedding_sp
 carried through every layer (`layer_split`), each norm's scale and the attention weights
 taken from the stored layer input X_m (recomputed with `attention.layer_forward` where a
 `layers:` subset left it out). At each analysed layer the queries and keys of every head
-are split by component (`qk_split`) and their lift summed (`lift`). Checks, per layer, the
+are split by component (`qk_split`) and their lift summed (`lift`), and for learned
+position embeddings the tr_t profiles of the embedding terms (`trt_terms`). Checks, per layer, the
 largest over the sequences (`checks.ResidualLog`, relative):
     state             the carried split's sum vs the stored X_m (per token)
     attention output  sum_j alpha_ij f(x_j) + b_O vs the module's output (per token)
@@ -24,6 +25,7 @@ import torch
 
 from attnscope.analyses.attend.lift import key_weights, lift_sums, row_lifts
 from attnscope.analyses.attend.statistics import LiftSums
+from attnscope.analyses.attend.trt_terms import has_learned_positions, term_profiles
 from attnscope.architectures import architecture
 from attnscope.core.attention import (
     attention_output,
@@ -119,5 +121,7 @@ def head_lifts(split, X, mask, category, layer, m, model, arch, sums, residuals)
         relative = diff / size[:, : got.shape[1]].clamp_min(tiny)
         residuals.record(m + 1, stage, float(diff.max()), float(relative.max()))
     names = [*split.names, BIAS]
+    if has_learned_positions(names):
+        sums.add_trt(m + 1, term_profiles(Q, K, logits, visible, layer.scale, names))
     for h in range(layer.n_heads):
         sums.add(m + 1, h + 1, names, keys, **{name: v[h] for name, v in found.items()})

@@ -45,3 +45,41 @@ def lift_pairs(lift: pd.DataFrame, key_classes: pd.DataFrame, title: str, figure
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+PEAK_OFFSETS = (-1, 1)
+TERM_STYLES = {"logit": dict(color="black", linewidth=2.2), "rest": dict(color="0.6", ls="--")}
+
+
+def peak_heads(trt_terms: pd.DataFrame, figure_heads: int) -> list[tuple[int, int, int]]:
+    """(t, layer, head) of the `figure_heads` heads with the strongest peak of the logit's
+    tr_t at t = -1 and at t = +1: the value there above the median of the head's profile
+    (an offset where every head's logit profile is 0, t = +1 of a causal model, is skipped)."""
+    logit = trt_terms[trt_terms["pair"] == "logit"]
+    wide = logit.pivot_table(index=["layer", "head"], columns="t", values="value")
+    out = []
+    for t in PEAK_OFFSETS:
+        if t not in wide.columns or not wide[t].abs().any():
+            continue
+        peak = (wide[t] - wide.median(axis=1)).nlargest(figure_heads)
+        out += [(t, int(layer), int(head)) for layer, head in peak.index]
+    return out
+
+
+def trt_terms(trt_terms: pd.DataFrame, title: str, figure_heads: int):
+    """Per chosen head (`peak_heads`): the tr_t profile (mean over sequences, logit units
+    summed over query rows) of the full logit and of its word x word, word x position,
+    position x word, position x position and remaining terms against the offset t."""
+    heads = peak_heads(trt_terms, figure_heads)
+    fig, axes = plt.subplots(1, len(heads), figsize=(4.2 * len(heads), 3.8), squeeze=False)
+    for ax, (t, layer, head) in zip(axes[0], heads, strict=True):
+        rows = trt_terms[(trt_terms["layer"] == layer) & (trt_terms["head"] == head)]
+        for pair, line in rows.groupby("pair", sort=False):
+            ax.plot(line["t"], line["value"], marker=".", label=pair, **TERM_STYLES.get(pair, {}))
+        ax.axvline(t, color="0.8", linewidth=0.8, zorder=0)
+        ax.set(xlabel="offset t (key - query)", ylabel="tr_t (logit)")
+        ax.set_title(f"L{layer} H{head} (peak at t = {t:+d})", fontsize="small")
+    axes[0][-1].legend(fontsize="x-small", loc="best")
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

@@ -13,6 +13,8 @@ band, and the number of rows. The tables give means per counted row (logit units
              key    the top_k key-side components, summed over query-side ones (query "all")
         share = lift / the total lift of that head and weighting (signed)
     bands.tsv   layer head keys band n_rows lift share (rotary models)
+    trt_terms.tsv   layer head pair t value: the tr_t profile of each embedding term pair
+                (`trt_terms.PROFILES`), the mean over sequences (learned-position models)
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import pandas as pd
 import torch
 
 from attnscope.analyses.attend.lift import ATTENDED
+from attnscope.analyses.attend.trt_terms import OFFSETS, PROFILES
 
 COLUMNS = ["layer", "head", "keys", "side", "query", "key", "n_rows", "lift", "share"]
 ALL = "all"
@@ -35,6 +38,8 @@ class LiftSums:
         self.keys: dict[int, list[str]] = {}  # layer -> weighting names, ATTENDED first
         self.sums: dict[tuple[int, int], dict[str, np.ndarray]] = {}  # (layer, head) -> ...
         self.rows: dict[int, np.ndarray] = {}  # layer -> [K] counted rows
+        self.trt: dict[int, np.ndarray] = {}  # layer -> [H, P, T] tr_t profiles summed
+        self.trt_sequences: dict[int, int] = {}  # layer -> sequences summed into trt
 
     def add(self, layer: int, head: int, names, keys, pairs, query, key, bands) -> None:
         """layer, head 1-based; names [C]; keys [K]; the sums over one sequence's rows:
@@ -50,6 +55,21 @@ class LiftSums:
         """rows [K, n] bool: the rows of one sequence that count for each weighting."""
         counted = rows.sum(-1).cpu().numpy()
         self.rows[layer] = self.rows.get(layer, 0) + counted
+
+    def add_trt(self, layer: int, profiles: torch.Tensor) -> None:
+        """profiles [H, P, T] (`trt_terms.term_profiles`) of one sequence at `layer`."""
+        value = profiles.double().cpu().numpy()
+        self.trt[layer] = self.trt[layer] + value if layer in self.trt else value
+        self.trt_sequences[layer] = self.trt_sequences.get(layer, 0) + 1
+
+    def trt_table(self) -> pd.DataFrame:
+        """trt_terms.tsv: `layer head pair t value`, the mean over sequences (module docstring)."""
+        out = []
+        for layer, total in sorted(self.trt.items()):
+            mean = total / self.trt_sequences[layer]
+            for h, p, t in np.ndindex(mean.shape):
+                out.append([layer, h + 1, PROFILES[p], OFFSETS[t], float(mean[h, p, t])])
+        return pd.DataFrame(out, columns=["layer", "head", "pair", "t", "value"])
 
     def lift_table(self, top_k: int, classes: bool) -> pd.DataFrame:
         """lift.tsv (`classes` False: the attended keys) or key_classes.tsv (module docstring)."""

@@ -29,7 +29,6 @@ from attnscope.analyses.position.bilinear import (
     score_input,
     score_weights,
 )
-from attnscope.analyses.position.diagonals import diagonal_sums
 from attnscope.analyses.position.embeddings import amplitude_spectrum
 from attnscope.analyses.position.waves import (
     cross_correlation,
@@ -40,6 +39,7 @@ from attnscope.analyses.position.waves import (
 )
 from attnscope.core.attention import attention_probs
 from attnscope.core.canonical import CanonicalModel
+from attnscope.core.diagonals import diagonal_sums
 from attnscope.core.store import HiddenStates
 from attnscope.core.tables import index_grid
 

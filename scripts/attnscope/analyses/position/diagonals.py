@@ -1,10 +1,11 @@
 """Attention concentrated on relative positions: the diagonal sums tr_t(A) (Eq. 7 of Yamamoto &
 Matsuzaki) and their k-means clusters.
 
-tr_t(M) = sum_i M[i, i + t]: t > 0 sums weights to keys t tokens after the query, t < 0 before.
-Per (sequence, layer, head) the vector [tr_-t_max(A), ..., tr_t_max(A)] is the head's average
-tendency to attend at each offset (it sums the weights of all query rows: with n real tokens,
-tr_0 = n * mean attention to self).
+tr_t(M) = sum_i M[i, i + t] (`core.diagonals.diagonal_sums`, shared with the attend family):
+t > 0 sums weights to keys t tokens after the query, t < 0 before. Per (sequence, layer,
+head) the vector [tr_-t_max(A), ..., tr_t_max(A)] is the head's average tendency to attend
+at each offset (it sums the weights of all query rows: with n real tokens, tr_0 = n * mean
+attention to self).
 """
 
 from __future__ import annotations
@@ -13,14 +14,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-import torch
-
-
-def diagonal_sums(M: torch.Tensor, offsets: Sequence[int]) -> torch.Tensor:
-    """tr_t(M) for every t in `offsets` (0 where the diagonal is empty).  [..., n, n] -> [..., T]"""
-    return torch.stack(
-        [torch.diagonal(M, offset=t, dim1=-2, dim2=-1).sum(-1) for t in offsets], dim=-1
-    )
 
 
 def cluster_profiles(

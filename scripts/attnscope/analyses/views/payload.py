@@ -21,6 +21,15 @@ and, when `scopes` is on and the model has an LM head, the prediction at P posit
     prediction/contrast [P, n]     float32  its part of logit(target) - logit(foil), when the
                                             mixing family's `contrast` is set
 
+and, when `scopes` is on, why each head attends (the attend family's split of the logit,
+`maps.attend`) for each query row's WHY_KEYS keys of largest weight:
+
+    why/{l}/key         [H, n, e]       uint16   the keys j, by weight alpha_ij
+    why/{l}/pair        [H, n, e, p, 2] uint16   the WHY_PAIRS component pairs (query side,
+                                                 key side; indices into header["components"])
+                                                 with the largest |term| of s_ij
+    why/{l}/value       [H, n, e, p]    float16  their terms scale q_i(c) . k_j(c') (logit)
+
 The weights are exact in the page up to the float16 rounding of q and k; `alpha_max_error` in
 the header is the largest |alpha_page - alpha| of the sequence, measured here. Every vector
 scope is checked against the real module output, as in the mixing family.
@@ -34,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from attnscope.architectures import architecture
 from attnscope.core.attention import (
     additive_mask,
     attention_probs,
@@ -45,12 +55,15 @@ from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CATEGORY_NAMES, SEP, VISIBLE_WHITESPACE, piece_labels
+from attnscope.maps.attend import BIAS, embedding_split, layer_split, qk_split
 from attnscope.maps.head_norms import head_summed_norms
 from attnscope.maps.layer_decomposition import VECTOR_SCOPES
 from attnscope.maps.layer_maps import layer_scope_maps
 from attnscope.maps.prediction import Prediction, attribute
 from attnscope.maps.propagation import Carried, contribution_norms, propagate
 from attnscope.maps.scopes import PROPAGATED
+
+WHY_KEYS, WHY_PAIRS = 1, 3  # keys per query row, component pairs per (query, key)
 
 
 @dataclass
@@ -148,9 +161,16 @@ def sequence_page(
     mask = torch.ones(1, n, dtype=torch.long, device=device)
     exact = store.exact
     alpha_error = 0.0
+    if scopes:  # why each head attends: the logits split by component, layer by layer
+        with torch.no_grad():
+            split, why = why_start(store, index, n, weights, model, device), []
     for l, layer in enumerate(weights.layers):
         X = torch.from_numpy(store.hidden(l, index, index + 1)[:, :n]).to(device)
         with torch.no_grad():
+            if scopes:
+                why.append((len(split.names), *why_layer(split, X[0], mask, layer, l, residuals)))
+                if l + 1 < weights.n_layers:
+                    split = layer_split(split, X[0], mask, layer, l)
             q, k = queries_keys(X, layer)
             fx = value_vectors(X, layer)
             alpha = attention_probs(X, mask, layer)
@@ -175,6 +195,7 @@ def sequence_page(
             page.arrays[f"{scope}/{l + 1}/value"] = values
     page.header["prediction"] = {"reason": "the views' `scopes` setting is off"}
     if scopes:  # the decomposition carried from the input tokens through every layer
+        write_why(page, split.names, why)
         settings = (ig_steps, top_k, residuals, device)
         last = add_propagated(page, store, index, weights, model, *settings)
         add_prediction(
@@ -183,6 +204,58 @@ def sequence_page(
     page.header["alpha_max_error"] = alpha_error
     page.header["max_rel_residual"] = float(residuals.table()["max_rel"].max()) if scopes else None
     return page
+
+
+def why_start(store, index: int, n: int, weights, model, device):
+    """The embedding output of sequence `index` split by component (`maps.attend`)."""
+    arrays = {
+        name: torch.from_numpy(getattr(store, name)[index : index + 1, :n].astype("int64"))
+        for name in ("input_ids", "attention_mask", "token_type_ids")
+    }
+    inputs = architecture(weights.model_type).model_inputs(model, **arrays)
+    return embedding_split(weights, {k: v.to(device) for k, v in inputs.items()}, True)
+
+
+def write_why(page: Page, names: list[str], found: list) -> None:
+    """`why/{l}/key|pair|value` and `header["components"]` (module docstring) from each
+    layer's (own component count, `why_layer`'s result); `names` the last layer's split."""
+    names = [*names[: found[-1][0]], BIAS]  # every layer's names are a prefix of these
+    page.header["components"] = names
+    for l, (own, keys, pairs, values) in enumerate(found):
+        pairs[pairs == own] = len(names) - 1  # the layer's own bias index -> the last
+        page.arrays[f"why/{l + 1}/key"] = keys.cpu().numpy().astype(np.uint16)
+        page.arrays[f"why/{l + 1}/pair"] = pairs.cpu().numpy().astype(np.uint16)
+        page.arrays[f"why/{l + 1}/value"] = values.cpu().numpy().astype(np.float16)
+
+
+def why_layer(split, X: torch.Tensor, mask, layer, l: int, residuals):
+    """Layer l's (0-based) top keys [H, n, e], their top component pairs [H, n, e, p, 2] and
+    terms [H, n, e, p], from the split of its input X [n, d]; checked: the terms of every
+    stored (query, key) pair summed over all component pairs against the logit from the real
+    layer input (relative to the layer's largest |logit|)."""
+    read = split.normed(layer.ln_attn if layer.pre_ln else None, X)
+    q_parts, q_bias = qk_split(read, X, layer, "q")
+    k_parts, k_bias = qk_split(read, X, layer, "k")
+    kv = [layer.kv_head(h) for h in range(layer.n_heads)]
+    Q = torch.cat([q_parts, q_bias[None]]).transpose(0, 1)  # [H, C, n, d']
+    K = torch.cat([k_parts, k_bias[None]])[:, kv].transpose(0, 1)
+    alpha = attention_probs(X[None], mask, layer)[0]  # [H, n, n]
+    keys = alpha.topk(min(WHY_KEYS, X.shape[0]), dim=-1).indices  # [H, n, e]
+    q, k = (t[0] for t in queries_keys(X[None], layer))
+    logits = (q @ k.transpose(-1, -2) * layer.scale).gather(-1, keys)  # [H, n, e]
+    C = Q.shape[1]
+    pairs, values, worst = [], [], 0.0
+    for h in range(layer.n_heads):
+        at_keys = K[h][:, keys[h]]  # [C, n, e, d']
+        terms = torch.einsum("cid,kiad->iack", Q[h], at_keys) * layer.scale  # [n, e, C, C]
+        worst = max(worst, float((terms.sum((-1, -2)) - logits[h]).abs().max()))
+        flat = terms.flatten(-2)
+        top = flat.abs().topk(min(WHY_PAIRS, C * C), dim=-1).indices  # [n, e, p]
+        pairs.append(torch.stack([top // C, top % C], -1))
+        values.append(flat.gather(-1, top))
+    size = float(logits.abs().max())
+    residuals.record(l + 1, "why (logit split)", worst, worst / size if size > 0 else worst)
+    return keys, torch.stack(pairs), torch.stack(values)
 
 
 def add_propagated(page, store, index, weights, model, ig_steps, top_k, residuals, device):

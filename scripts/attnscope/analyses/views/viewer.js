@@ -10,7 +10,7 @@ const SVG_NS = "http://www.w3.org/2000/svg";
 const state = {
   view: "head", source: "weights", layer: 1, level: "pieces", filter: "all", topk: 5,
   threshold: 0.01, heads: new Set([...Array(H).keys()]), focus: null, neuronHead: 0, query: 1,
-  predictionIndex: 0, predictionMeasure: "logit",
+  predictionIndex: 0, predictionMeasure: "logit", whyKey: null,
 };
 let arrays = null;
 const cache = new Map();
@@ -327,6 +327,53 @@ function vectorCanvas(rows, cell, rowH) {
   return canvas;
 }
 
+// Why the head attends (header.components, arrays why/{l}/key|pair|value): the top component
+// pairs of the logit s_ij, stored for each query row's keys of largest weight; null elsewhere.
+function whyPairs(layer, h, i, j) {
+  const keys = arrays[`why/${layer}/key`];
+  if (!keys) return null;
+  const e = keys.length / (H * N), pair = arrays[`why/${layer}/pair`];
+  const value = arrays[`why/${layer}/value`], p = value.length / (H * N * e);
+  for (let a = 0; a < e; a++) {
+    if (keys[(h * N + i) * e + a] !== j) continue;
+    const at = ((h * N + i) * e + a) * p;
+    return [...Array(p).keys()].map((b) => ({
+      query: header.components[pair[(at + b) * 2]],
+      key: header.components[pair[(at + b) * 2 + 1]],
+      value: value[at + b],
+    }));
+  }
+  return null;
+}
+
+function whyColumn(layer, h, i) {
+  const box = document.createElement("div");
+  box.id = "why";
+  const j = state.whyKey;
+  if (j === null) {
+    box.textContent = header.components ? "click a key" : "not in this page (views scopes off)";
+    return box;
+  }
+  const pairs = whyPairs(layer, h, i, j);
+  if (!pairs) {
+    box.textContent = `${header.tokens[j]}: stored for the keys of largest weight only`;
+    return box;
+  }
+  const title = document.createElement("div");
+  title.textContent = `${header.tokens[i]} → ${header.tokens[j]}`;
+  box.appendChild(title);
+  for (const { query, key, value } of pairs) {
+    const row = document.createElement("div");
+    row.className = "why-pair";
+    row.dataset.query = query;
+    row.dataset.key = key;
+    row.dataset.value = value;
+    row.textContent = `${query} × ${key}: ${value.toFixed(2)}`;
+    box.appendChild(row);
+  }
+  return box;
+}
+
 function renderNeuron() {
   const box = $("neuron"), layer = state.layer, h = state.neuronHead, rowH = 14;
   const i = Math.min(state.query, N - 1), cell = DH > 48 ? 3 : 6;
@@ -365,7 +412,7 @@ function renderNeuron() {
   for (const j of keys) {
     const row = document.createElement("div");
     const logit = score(layer, kRows[j - first].reduce((s, v, e) => s + v * qi[e], 0));
-    row.className = "neuron-row";
+    row.className = "neuron-row" + (j === state.whyKey ? " selected" : "");
     row.dataset.key = j;
     row.dataset.score = logit;
     row.dataset.alpha = a[(h * N + i) * N + j];
@@ -386,6 +433,7 @@ function renderNeuron() {
   g.fillStyle = "#335";
   for (const j of keys) g.fillRect(0, (j - first) * rowH + 2, 120 * a[(h * N + i) * N + j], rowH - 4);
   column("softmax", bars);
+  column("why: top query \u00d7 key component terms of s_ij", whyColumn(layer, h, i));
 }
 
 // ---- prediction -------------------------------------------------------------------------
@@ -563,8 +611,12 @@ function wire() {
   });
   $("neuron").addEventListener("click", (e) => {
     const row = e.target.closest(".neuron-query");
-    if (!row) return;
-    state.query = +row.dataset.index;
+    const key = e.target.closest(".neuron-row");
+    if (row) {
+      state.query = +row.dataset.index;
+      state.whyKey = null;
+    } else if (key) state.whyKey = +key.dataset.key;
+    else return;
     render();
   });
   $("save-svg").addEventListener("click", () => download(new Blob([svgText()], { type: "image/svg+xml" }), `${fileStem()}.svg`));

@@ -1,0 +1,156 @@
+"""The attend family's cost per layer against the norms family's, on the same stored states,
+and its peak memory against the number of sequences.
+
+Random Llamas (float32, eager attention) with `--layers` layers at two shapes (cost is per
+layer, but the attend family's grows with depth: layer l reads about 1 + (l - 1)(H + 1) + 1
+components):
+    smollm2   SmolLM2-135M's sizes (`bench_rotary.SMOLLM2`: width 576, 9 heads, 3 key-value
+              heads, FF 1536)
+    llama-1b  Llama-3.2-1B's sizes (width 2048, 32 heads, 8 key-value heads of 64, FF 8192,
+              rope_theta 500000) with SmolLM2's vocabulary (the embedding matrix's size costs
+              neither family anything per layer)
+One encoded corpus of random pieces, n = `--length` (128), every position real
+(`bench_scale.write_corpus`), its hidden states extracted once per shape
+(`pipeline.extract`).
+
+Each measure runs in a fresh process that loads the saved model and opens the store, resets
+the kernel's peak-RSS counter (5 to /proc/self/clear_refs resets VmHWM), reads VmRSS, runs
+one family's `corpus_pass` and reads VmHWM: the peak is VmHWM - VmRSS, what the pass needed
+on top of the model and its inputs; the time is the pass's wall time.
+    time     both families over the first `--sequences` sequences (norms reads the whole
+             store, so the store holds just those); seconds per layer and sequence, and
+             attend / norms
+    memory   the attend family over 1, 2, ... `--memory-sequences` sequences of one store
+             (it holds one sequence's split at a time: the peak should stay flat)
+
+Run: .venv/bin/python benchmarks/bench_attend.py [--shapes smollm2 llama-1b] [--layers 4]
+     [--sequences 2] [--memory-sequences 1 2 4] [--length 128] [--folder /tmp/bench-attend]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+
+from bench_rotary import SMOLLM2  # noqa: E402
+from bench_scale import write_corpus  # noqa: E402
+
+SHAPES = {
+    "smollm2": SMOLLM2,
+    "llama-1b": dict(
+        SMOLLM2,
+        hidden_size=2048,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        head_dim=64,
+        intermediate_size=8192,
+        rope_theta=500000.0,
+    ),
+}
+BOUND = 1e-3  # the checks' relative bound (random float32 models)
+
+
+def prepare(folder: Path, shape: str, layers: int, sequences: int, length: int) -> Path:
+    """Save a random model of `shape` and extract the states of `sequences` random sequences;
+    returns the states' path (the model is in `folder / shape`)."""
+    from transformers import LlamaConfig, LlamaModel
+
+    from attnscope.pipeline.extract import extract
+
+    torch.manual_seed(0)
+    config = LlamaConfig(num_hidden_layers=layers, attn_implementation="eager", **SHAPES[shape])
+    model = LlamaModel(config).eval()
+    model.save_pretrained(folder / shape)
+    encoded = folder / f"{shape}-{sequences}-encoded.h5"
+    write_corpus(encoded, SHAPES[shape]["vocab_size"], sequences, length)
+    states = folder / f"{shape}-{sequences}-states.h5"
+    extract(model, encoded, states, batch_size=4, device="cpu")
+    return states
+
+
+def peak_kib() -> tuple[int, int]:
+    """(VmRSS, VmHWM) of this process in KiB."""
+    lines = Path("/proc/self/status").read_text().splitlines()
+    field = dict(line.split(":", 1) for line in lines)
+    return int(field["VmRSS"].split()[0]), int(field["VmHWM"].split()[0])
+
+
+def child(family: str, model_folder: str, states: str, sequences: int) -> None:
+    """One family's pass in this process; prints {"seconds", "peak_mib"}."""
+    import h5py
+    from transformers import AutoModel
+
+    from attnscope.analyses.attend.corpus_pass import corpus_pass as attend
+    from attnscope.analyses.norms.corpus_pass import corpus_pass as norms
+    from attnscope.architectures import canonical_weights
+    from attnscope.core.store import HiddenStates
+
+    model = AutoModel.from_pretrained(model_folder, attn_implementation="eager").eval()
+    weights = canonical_weights(model)
+    with HiddenStates(states) as store, h5py.File(states + "-norms.h5", "w") as maps:
+        Path("/proc/self/clear_refs").write_text("5")
+        before = peak_kib()[0]
+        start = time.perf_counter()
+        if family == "attend":
+            attend(store, weights, model, sequences=sequences, device="cpu", max_rel_residual=BOUND)
+        else:
+            norms(store, weights, model, maps, batch_size=4, device="cpu", sample_size=1000000,
+                  seed=0, max_rel_residual=BOUND)  # fmt: skip
+        seconds = time.perf_counter() - start
+    print(json.dumps({"seconds": seconds, "peak_mib": (peak_kib()[1] - before) / 1024}))
+
+
+def measure(family: str, model_folder: Path, states: Path, sequences: int) -> dict:
+    command = [sys.executable, __file__, "--child", family, str(model_folder), str(states)]
+    done = subprocess.run([*command, str(sequences)], capture_output=True, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-3000:])
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--layers", type=int, default=4)
+    parser.add_argument("--sequences", type=int, default=2)
+    parser.add_argument("--memory-sequences", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--length", type=int, default=128)
+    parser.add_argument("--folder", type=Path, default=Path("/tmp/bench-attend"))
+    parser.add_argument("--child", nargs=4, metavar=("FAMILY", "MODEL", "STATES", "N"))
+    args = parser.parse_args()
+    if args.child:
+        family, model_folder, states, n = args.child
+        return child(family, model_folder, states, int(n))
+    args.folder.mkdir(parents=True, exist_ok=True)
+    print(f"n = {args.length}, {args.layers} layers, {torch.get_num_threads()} threads")
+    print("shape     family  sequences  s/layer/sequence  attend/norms  peak MiB")
+    for shape in args.shapes:
+        states = prepare(args.folder, shape, args.layers, args.sequences, args.length)
+        timed = {
+            f: measure(f, args.folder / shape, states, args.sequences) for f in ("norms", "attend")
+        }
+        per = {f: r["seconds"] / args.layers / args.sequences for f, r in timed.items()}
+        for family, result in timed.items():
+            ratio = f"{per['attend'] / per['norms']:.1f}" if family == "attend" else ""
+            print(f"{shape:9} {family:7} {args.sequences:9d}  {per[family]:16.3f}  {ratio:>12}"
+                  f"  {result['peak_mib']:8.0f}")  # fmt: skip
+        most = max(args.memory_sequences)
+        states = prepare(args.folder, shape, args.layers, most, args.length)
+        for n in args.memory_sequences:
+            result = measure("attend", args.folder / shape, states, n)
+            per_layer = result["seconds"] / args.layers / n
+            print(
+                f"{shape:9} attend  {n:9d}  {per_layer:16.3f}  {'':>12}  {result['peak_mib']:8.0f}"
+            )
+
+
+if __name__ == "__main__":
+    main()
