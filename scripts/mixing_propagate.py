@@ -45,6 +45,7 @@ with (
         maps_dtype=params.maps_dtype,
         rollout_scopes=tuple(params.rollout_scopes),
         log=log,
+        memory_budget_mb=snakemake.config["memory_budget_mb"],
     )
 write_table(result.mixing, output.propagated_mixing)
 write_table(result.rollout, output.rollout)

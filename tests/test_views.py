@@ -125,7 +125,7 @@ def test_page_arrays_rebuild_weights_norms_and_scopes(tmp_path, family):
                 torch.ones(1, n, dtype=torch.long),
                 0,
                 lambda *check: None,
-                lambda l, carried: propagated.update({l: carried.parts[0].norm(dim=-1)}),
+                lambda l, split: propagated.update({l: split.norms[0].float()}),
             )
         for l in range(weights.n_layers):
             q = torch.from_numpy(page.arrays[f"q/{l + 1}"].astype(np.float32))

@@ -48,8 +48,8 @@ from attnscope.core.tokens import CATEGORY_NAMES, SEP, VISIBLE_WHITESPACE, piece
 from attnscope.maps.head_norms import head_summed_norms
 from attnscope.maps.layer_decomposition import VECTOR_SCOPES
 from attnscope.maps.layer_maps import layer_scope_maps
-from attnscope.maps.prediction import Prediction, attribute
-from attnscope.maps.propagation import Carried, contribution_norms, propagate
+from attnscope.maps.prediction import LogitSplit, Prediction
+from attnscope.maps.propagation import propagate
 from attnscope.maps.scopes import PROPAGATED
 
 
@@ -175,20 +175,22 @@ def sequence_page(
             page.arrays[f"{scope}/{l + 1}/value"] = values
     page.header["prediction"] = {"reason": "the views' `scopes` setting is off"}
     if scopes:  # the decomposition carried from the input tokens through every layer
+        logits = None
+        if prediction is not None and prediction.head is not None:
+            batch = store.batch(0, index, index + 1, n, device)
+            logits = LogitSplit(weights, store, batch, prediction, ig_steps)
         settings = (ig_steps, top_k, residuals, device)
-        last = add_propagated(page, store, index, weights, model, *settings)
-        add_prediction(
-            page, store, index, weights, last, prediction, ig_steps, residuals, tokenizer
-        )
+        add_propagated(page, store, index, weights, model, *settings, logits)
+        add_prediction(page, logits, residuals, tokenizer)
     page.header["alpha_max_error"] = alpha_error
     page.header["max_rel_residual"] = float(residuals.table()["max_rel"].max()) if scopes else None
     return page
 
 
-def add_propagated(page, store, index, weights, model, ig_steps, top_k, residuals, device):
+def add_propagated(page, store, index, weights, model, ig_steps, top_k, residuals, device, logits):
     """`Propagated/{l}/key|value`: the top-k input tokens j of ||p_{l, i<-j}|| per token i,
     the split carried from the embeddings (`propagation.propagate`, checked like the mixing
-    family's). Returns the last state's split."""
+    family's). The last state's chunks go to `logits` (a `LogitSplit`, or None)."""
     n = page.header["n"]
     mask = torch.ones(1, n, dtype=torch.long, device=device)
     exact = store.exact
@@ -198,14 +200,18 @@ def add_propagated(page, store, index, weights, model, ig_steps, top_k, residual
             return None
         return torch.from_numpy(store.hidden(l, index, index + 1)[:, :n]).to(device)
 
-    def keep(l, carried):
-        pairs = visible_pairs(mask, weights.causal)
-        keys, values = top_k_rows(contribution_norms(carried, pairs)[0], top_k)
+    def keep(l, split):
+        pairs = visible_pairs(mask, weights.causal).cpu()
+        keys, values = top_k_rows((split.norms * pairs)[0], top_k)
         page.arrays[f"{PROPAGATED}/{l}/key"] = keys
         page.arrays[f"{PROPAGATED}/{l}/value"] = values
 
+    def last(chunk):
+        if logits is not None and chunk.layer == weights.n_layers:
+            logits.add(chunk)
+
     with torch.no_grad():
-        return propagate(
+        propagate(
             model,
             weights,
             state,
@@ -213,30 +219,24 @@ def add_propagated(page, store, index, weights, model, ig_steps, top_k, residual
             ig_steps,
             lambda l, stage, got, want: residuals.add(l, f"{PROPAGATED} {stage}", got, want, mask),
             keep,
+            last,
         )
 
 
 def add_prediction(
-    page: Page,
-    store: HiddenStates,
-    index: int,
-    weights: CanonicalModel,
-    last: Carried,
-    prediction: Prediction | None,
-    ig_steps: int,
-    residuals: ResidualLog,
-    tokenizer,
+    page: Page, logits: LogitSplit | None, residuals: ResidualLog, tokenizer
 ) -> None:
     """`prediction/logit` (and `prediction/contrast`) [P, n] and `header["prediction"]`: the
-    last state's split pushed through the LM head (`maps.prediction.attribute`, checked
-    against the model's logits), or the reason there is none; tokens shown as `piece_labels`."""
-    if prediction is None or prediction.head is None:
+    last state's split pushed through the LM head (`maps.prediction.LogitSplit`, checked
+    against the model's logits), or the reason there is none (`logits` None: no LM head);
+    tokens shown as `piece_labels`."""
+    if logits is None:
         page.header["prediction"] = {"reason": "the model has no LM head"}
         return
     n = page.header["n"]
-    batch = store.batch(0, index, index + 1, n, str(last.parts.device))
+    prediction = logits.prediction
     with torch.no_grad():
-        found = attribute(weights, store, batch, last, prediction, ig_steps, residuals)
+        found = logits.result(residuals)
     if found is None:
         what = "[MASK]" if prediction.mask_token_id is not None else "text piece"
         page.header["prediction"] = {"reason": f"no {what} in this sequence to predict"}
