@@ -314,6 +314,7 @@ def run_depth(
     head: bool = True,
     mask_token_id: int | None = 4,
     budget_mb: float = 1024.0,
+    top_k: int = 0,
 ):
     """The mixing pass and the propagated pass (in chunks of input tokens that fit in
     `budget_mb`) over a tiny store: (store path, model, layer maps, propagated maps,
@@ -354,6 +355,7 @@ def run_depth(
             maps_dtype="float32",
             rollout_scopes=scopes,
             memory_budget_mb=budget_mb,
+            maps_top_k=top_k,
             **settings,
         )
     return (
@@ -524,3 +526,24 @@ def test_depth_pass_in_chunks_of_one_input_token_gives_the_same_outputs(tmp_path
             else:
                 assert list(got[column]) == list(want[column]), (table, column)
     assert (chunks[4].check["max_rel"] < 1e-5).all()
+
+
+def test_propagated_top_k_maps_are_the_whole_maps_top_k(tmp_path):
+    """With `propagated_top_k` 4, propagated.h5 keeps each query row's 4 largest entries of
+    the whole propagated maps, and the tables stay the same."""
+    from test_norms import assert_top_k_of
+
+    from attnscope.maps.storage import read_map
+
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "top").mkdir()
+    whole = run_depth(tmp_path / "whole", "gpt2")
+    top = run_depth(tmp_path / "top", "gpt2", top_k=4)
+    for l in (1, 2):
+        dense = whole[3][f"{l}"][()]
+        N, L, _ = dense.shape
+        keys, values = top[3][f"{l}/key"][()], top[3][f"{l}/value"][()]
+        assert keys.shape == (N, L, 4)
+        assert_top_k_of(dense, keys, values, read_map(top[3], f"{l}", 0, N, L))
+    np.testing.assert_array_equal(top[3]["bias_norm"][()], whole[3]["bias_norm"][()])
+    assert top[4].mixing.equals(whole[4].mixing) and top[4].prediction.equals(whole[4].prediction)

@@ -28,6 +28,7 @@ from attnscope.core.tables import not_applicable
 from attnscope.maps.layer_decomposition import MEMORY_BUDGET_MB
 from attnscope.maps.prediction import LogitSplit, Prediction, prediction_frame
 from attnscope.maps.propagation import propagate
+from attnscope.maps.storage import MapDataset
 
 MEASURES = ("mixing_ratio", "bias_share")
 
@@ -56,12 +57,14 @@ def depth_pass(
     rollout_scopes: tuple[str, ...],
     log: logging.Logger | None = None,
     memory_budget_mb: float = MEMORY_BUDGET_MB,
+    maps_top_k: int = 0,
 ) -> PropagationResult:
     """Stream the store batch by batch; write `{layer}` [N, L, L] (||p_{l, i<-j}||, 1-based
     layers) into `propagated`, reading the per-layer maps for the rollouts from `layer_maps`
     (the mixing family's maps.h5). A stage or logit missing its reference by more than
     `max_rel_residual` raises `checks.CheckError`. `memory_budget_mb`: the working memory of
-    one chunk of input tokens carried through the depth (`propagation.propagate`)."""
+    one chunk of input tokens carried through the depth (`propagation.propagate`);
+    `maps_top_k` k > 0: `{layer}` keeps each row's k largest entries (`maps.storage`)."""
     N, L, n_layers = store.n_sequences, store.length, weights.n_layers
     propagated.attrs["layers"] = "1-based"
     propagated.attrs["description"] = (
@@ -71,8 +74,7 @@ def depth_pass(
     propagated.attrs["ig_steps"] = ig_steps
     propagated.attrs["causal"] = bool(weights.causal)
     datasets = [
-        propagated.create_dataset(f"{l}", (N, L, L), dtype=maps_dtype, chunks=(1, L, L))
-        for l in range(1, n_layers + 1)
+        MapDataset(propagated, f"{l}", N, L, maps_dtype, maps_top_k) for l in range(1, n_layers + 1)
     ]
     bias_norm = propagated.create_dataset("bias_norm", (N, n_layers, L), dtype="float32")
     stored_exact = store.exact
@@ -94,7 +96,7 @@ def depth_pass(
 
         def on_layer(l, split, batch=batch, n=n, mask=mask, pairs=pairs, rollouts=rollouts):
             norms = split.norms * pairs.cpu()
-            datasets[l - 1][batch.start : batch.stop, :n, :n] = norms.numpy()
+            datasets[l - 1].write(batch.start, norms)
             bias_norm[batch.start : batch.stop, l - 1, :n] = (
                 (split.bias.norm(dim=-1) * mask).cpu().numpy()
             )
