@@ -50,6 +50,7 @@ from attnscope.maps.layer_decomposition import VECTOR_SCOPES
 from attnscope.maps.layer_maps import layer_scope_maps
 from attnscope.maps.prediction import LogitSplit, Prediction
 from attnscope.maps.propagation import propagate
+from attnscope.maps import storage
 from attnscope.maps.scopes import PROPAGATED
 
 
@@ -85,8 +86,8 @@ def word_units(word_ids: np.ndarray) -> np.ndarray:
 
 def top_k_rows(values: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The k largest entries of each row: (keys uint16, values float16), each [n, k]."""
-    top = torch.topk(values, min(k, values.shape[-1]), dim=-1)
-    return top.indices.cpu().numpy().astype(np.uint16), top.values.cpu().numpy().astype("f2")
+    keys, top = storage.top_k_rows(values, k)
+    return keys.cpu().numpy().astype(np.uint16), top.cpu().numpy().astype("f2")
 
 
 def sequence_page(
