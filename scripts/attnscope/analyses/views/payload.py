@@ -45,12 +45,12 @@ from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CATEGORY_NAMES, SEP, VISIBLE_WHITESPACE, piece_labels
+from attnscope.maps import storage
 from attnscope.maps.head_norms import head_summed_norms
 from attnscope.maps.layer_decomposition import VECTOR_SCOPES
 from attnscope.maps.layer_maps import layer_scope_maps
 from attnscope.maps.prediction import LogitSplit, Prediction
 from attnscope.maps.propagation import propagate
-from attnscope.maps import storage
 from attnscope.maps.scopes import PROPAGATED
 
 
