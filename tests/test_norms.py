@@ -25,7 +25,7 @@ from attnscope.core.store import HiddenStates, atomic_h5
 from attnscope.core.streaming import BottomKSample, Moments
 from attnscope.core.tokens import CATEGORY_NAMES, CLS, OTHER, PUNCT, SEP
 from attnscope.maps.head_norms import head_summed_norms
-from attnscope.maps.storage import read_map
+from attnscope.maps.storage import map_bytes, read_map
 from conftest import tiny_batch, tiny_model, write_tiny_store
 
 
@@ -155,6 +155,8 @@ def test_top_k_maps_are_the_whole_maps_top_k(tmp_path, family):
             keys, values = top[f"maps/{l}/key"][()], top[f"maps/{l}/value"][()]
             assert keys.shape == values.shape == (N, L, 5) and keys.dtype == np.uint16
             assert_top_k_of(dense, keys, values, read_map(top, f"maps/{l}", 0, N, L))
+            assert keys.nbytes + values.nbytes == map_bytes(N, L, "float32", 5)  # the estimate
+            assert dense.nbytes == map_bytes(N, L, "float32")
             np.testing.assert_array_equal(read_map(whole, f"maps/{l}", 0, N, L), dense)
 
 

@@ -13,9 +13,13 @@ At n = 4,096 a whole map is 16.7 M values per sequence and layer; the top 32 of 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import h5py
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported where a map is written: the disk estimate loads none
+    import torch
 
 
 def key_dtype(length: int) -> str:
@@ -23,10 +27,19 @@ def key_dtype(length: int) -> str:
     return "uint16" if length <= 2**16 else "int32"
 
 
+def map_bytes(n_sequences: int, length: int, dtype: str, top_k: int = 0) -> int:
+    """Bytes of one stored map (`MapDataset`): N L^2 values, or N L k keys and values."""
+    itemsize = 2 if dtype == "float16" else 4
+    if not top_k:
+        return n_sequences * length**2 * itemsize
+    key_size = 2 if key_dtype(length) == "uint16" else 4
+    return n_sequences * length * min(top_k, length) * (itemsize + key_size)
+
+
 def top_k_rows(values: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The k largest entries of each row, largest first: (keys, values), each [..., min(k, n)]
     for values [..., n]."""
-    top = torch.topk(values, min(k, values.shape[-1]), dim=-1)
+    top = values.topk(min(k, values.shape[-1]), dim=-1)
     return top.indices, top.values
 
 
