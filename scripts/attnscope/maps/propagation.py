@@ -63,8 +63,10 @@ from attnscope.maps.layer_decomposition import (
 from attnscope.maps.layer_maps import COMPLETENESS
 
 CARRY_DTYPE = torch.float64  # the carried parts and every stage's arithmetic (module docstring)
-CARRIED_COPIES = STAGE_COPIES + 2  # [B, n, c, d] tensors alive at once: the stages' copies, the
-# carried input (held through the layer) and the attention's permuted copy of its mixed values
+CARRIED_COPIES = 2 * STAGE_COPIES  # [B, n, c, d] float64 tensors alive at once, as measured
+# (benchmarks/bench_length.py --steps propagate: 8.5 at n 1,024, d 256 with 6): the stages'
+# copies, the carried input held through the layer, the attention's values and mixed values
+# and einsum's permuted copies of them
 
 
 def carried_scope(pre_ln: bool) -> str:
