@@ -232,7 +232,9 @@ def feed_forward_parts(
     `factors`: the same parts in factored form, which makes z_ij W_pre n/H times cheaper
     (module docstring); without them z_ij W_pre is computed from `parts`. Queries are
     processed in sub-chunks: no [B, c, n, m] tensor. In a causal layer the parts of
-    keys after the chunk's last query are 0 at this stage and are skipped (half the work).
+    keys after the chunk's last query are 0 at this stage and are skipped (half the work);
+    `offset` is the first query's position minus the first key's (negative for a chunk of
+    carried sources from a later token on, `Carried.first`).
     `linearised`: (the linearisation, FF(h)) at the total input when the caller has them
     (`linearise_ff`; a carried split of some of the sources does not sum to h).
     """
@@ -252,7 +254,9 @@ def feed_forward_parts(
     chunk = max(1, FF_CHUNK_ELEMENTS // max(1, B * n * m))
     for i0 in range(0, c, chunk):
         i1 = min(c, i0 + chunk)
-        keys = offset + i1 if layer.causal else n
+        keys = min(n, offset + i1) if layer.causal else n
+        if keys <= 0:  # every part of these queries is 0 (a chunk of later sources)
+            continue
         u = pre_activation(i0, i1, keys).mul_(lin.c[:, None, i0:i1])  # [B, keys, c (i), m]
         out[:, i0:i1, :keys] = (lin.fold(u) @ lin.W_post).transpose(1, 2)
     new_bias = lin.fold((bias @ lin.W_pre + lin.b_pre) * lin.c) @ lin.W_post + lin.b_out
@@ -296,6 +300,8 @@ class Carried:
 
     parts: torch.Tensor
     bias: torch.Tensor
+    first: int = 0  # sources that are the tokens first .. first + m - 1 of the sequence (a
+    # chunk of input tokens): a causal layer gives no token a part of a later one
 
     def total(self) -> torch.Tensor:
         return self.parts.sum(2) + self.bias
@@ -428,8 +434,9 @@ def layer_stages(
             return linearise_ff(total, layer, ig_steps)
 
         linearised = per_token(recorded, "ff", parts, bias, linearise)
+    offset = q0 if carried is None else -carried.first
     ff_parts, ff_bias, ff_real = feed_forward_parts(
-        parts, bias, layer, ig_steps, factors, q0, linearised
+        parts, bias, layer, ig_steps, factors, offset, linearised
     )
     del factors, alpha
     ff_parts, ff_bias = _normed(ff_parts, ff_bias, layer.post_ff, recorded, "post_ff")

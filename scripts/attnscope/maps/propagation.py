@@ -82,7 +82,7 @@ def token_split(X0: torch.Tensor, sources: slice | None = None) -> Carried:
     j0, j1 = (0, n) if sources is None else (sources.start, sources.stop)
     parts = X0.new_zeros(B, n, j1 - j0, d)
     parts.diagonal(offset=-j0, dim1=1, dim2=2).copy_(X0[:, j0:j1].transpose(1, 2))
-    return Carried(parts, torch.zeros_like(X0))
+    return Carried(parts, torch.zeros_like(X0), j0)
 
 
 def source_chunk(batch: int, n: int, width: int, budget_mb: float) -> int:
@@ -233,7 +233,7 @@ def propagate(
                 assembly.add_stage(stage.scope, stage.total() if first else stage.parts.sum(2))
                 if stage.scope == wanted:  # later stages make new tensors: no copy needed
                     bias = stage.bias if first else torch.zeros_like(stage.bias)
-                    following = Carried(stage.parts, bias)
+                    following = Carried(stage.parts, bias, sources.start)
             del stages
             whole, carried = following_whole, following
             chunk = Chunk(index + 1, carried, sources, whole)
