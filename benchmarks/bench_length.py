@@ -18,15 +18,22 @@ steps    extract   the model's own forward, every residual state (`residual_stat
          mixing    per layer: every whole-layer scope's map, each stage checked
                    (`layer_scope_maps`, query chunks of memory_budget_mb, closed-form FF
                    split); only for n up to `--mixing-max`
+         propagate the token split carried through every layer, each stage checked
+                   (`propagate`, what mixing_propagate runs per batch: chunks of input tokens
+                   of memory_budget_mb where the code has them); n up to `--mixing-max`
+
+`--width 256` (with `--heads 4 --ff 1024`) runs a random Llama of that width instead, all heads
+with their own keys and values (the shape issue 37 measured mixing on).
 
 Run: .venv/bin/python benchmarks/bench_length.py [--lengths 256 512 1024 2048 4096]
-     [--layers 2] [--steps extract norms weights rotary mixing] [--mixing-max 1024]
-     [--budget 1024] [--threads 0]
+     [--layers 2] [--steps extract norms weights rotary mixing propagate] [--mixing-max 1024]
+     [--budget 1024] [--threads 0] [--width 576 --heads 9 --kv-heads 3 --ff 1536]
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import subprocess
 import sys
@@ -48,7 +55,8 @@ SMOLLM2 = dict(
     max_position_embeddings=8192,
     tie_word_embeddings=True,
 )
-STEPS = ("extract", "norms", "weights", "rotary", "mixing")
+STEPS = ("extract", "norms", "weights", "rotary", "mixing", "propagate")
+SCALED = ("mixing", "propagate")  # run only up to --mixing-max
 T_MAX = 10  # config.yaml's analyses.position.t_max
 
 
@@ -60,7 +68,17 @@ def status_mib(field: str) -> float:
     raise KeyError(field)
 
 
-def worker(step: str, n: int, layers: int, budget: float, threads: int) -> dict:
+def shape(width: int, heads: int, kv_heads: int, ff: int) -> dict:
+    """SmolLM2-135M's sizes, with the width, heads and FF given."""
+    return SMOLLM2 | dict(
+        hidden_size=width,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        intermediate_size=ff,
+    )
+
+
+def worker(step: str, n: int, layers: int, budget: float, threads: int, sizes: dict) -> dict:
     """Run `step` on one random sequence of n pieces; its seconds, base and peak RSS (MiB)."""
     import torch
     from transformers import LlamaConfig, LlamaModel
@@ -77,18 +95,19 @@ def worker(step: str, n: int, layers: int, budget: float, threads: int) -> dict:
     from attnscope.core.checks import ResidualLog
     from attnscope.maps.head_norms import head_summed_norms
     from attnscope.maps.layer_maps import layer_scope_maps
+    from attnscope.maps.propagation import propagate
 
     if threads:
         torch.set_num_threads(threads)
     torch.set_grad_enabled(False)
     torch.manual_seed(0)
-    config = LlamaConfig(num_hidden_layers=layers, attn_implementation="eager", **SMOLLM2)
+    config = LlamaConfig(num_hidden_layers=layers, attn_implementation="eager", **sizes)
     model = LlamaModel(config).eval()
     weights = canonical_weights(model)
     family = architecture("llama")
 
     def sequence(length: int):
-        ids = torch.randint(5, SMOLLM2["vocab_size"], (1, length))
+        ids = torch.randint(5, sizes["vocab_size"], (1, length))
         mask = torch.ones(1, length, dtype=torch.long)
         inputs = {"input_ids": ids, "attention_mask": mask}
         return inputs, mask, None if step == "extract" else family.residual_states(model, inputs)
@@ -98,7 +117,19 @@ def worker(step: str, n: int, layers: int, budget: float, threads: int) -> dict:
         category = torch.zeros(1, length, dtype=torch.long)
         if step == "extract":
             family.residual_states(model, inputs)
-        for l, layer in enumerate(weights.layers if step != "extract" else []):
+        if step == "propagate":
+            log = ResidualLog(1e-4, None)
+            chunked = "memory_budget_mb" in inspect.signature(propagate).parameters
+            propagate(
+                model,
+                weights,
+                states.__getitem__,
+                mask,
+                0,
+                lambda l, stage, got, want: log.add(l, stage, got, want, mask),
+                **({"memory_budget_mb": budget} if chunked else {}),
+            )
+        for l, layer in enumerate(weights.layers if step not in ("extract", "propagate") else []):
             X = states[l]
             if step == "norms":
                 alpha, fx = attention_probs(X, mask, layer), value_vectors(X, layer)
@@ -139,22 +170,33 @@ def main() -> None:
     parser.add_argument("--mixing-max", type=int, default=1024)
     parser.add_argument("--budget", type=float, default=1024, help="memory_budget_mb")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: default)")
+    parser.add_argument("--width", type=int, default=SMOLLM2["hidden_size"])
+    parser.add_argument("--heads", type=int, default=SMOLLM2["num_attention_heads"])
+    parser.add_argument("--kv-heads", type=int, default=None, help="default: --heads, 3 at 576")
+    parser.add_argument("--ff", type=int, default=SMOLLM2["intermediate_size"])
     parser.add_argument("--worker", nargs=2, metavar=("STEP", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    smollm2 = args.width == SMOLLM2["hidden_size"]
+    if args.kv_heads is None:
+        args.kv_heads = SMOLLM2["num_key_value_heads"] if smollm2 else args.heads
+    sizes = shape(args.width, args.heads, args.kv_heads, args.ff)
     if args.worker:
         step, n = args.worker[0], int(args.worker[1])
-        print(json.dumps(worker(step, n, args.layers, args.budget, args.threads)))
+        print(json.dumps(worker(step, n, args.layers, args.budget, args.threads, sizes)))
         return
-    print(f"random SmolLM2-shaped Llama, {args.layers} layers, one sequence per n, CPU")
+    what = "SmolLM2-shaped" if smollm2 else f"width {args.width}, {args.heads} heads, FF {args.ff}"
+    print(f"random {what} Llama, {args.layers} layers, one sequence per n, CPU")
     print(f"{'step':8} {'n':>5} {'seconds':>9} {'base MiB':>9} {'peak MiB':>9} {'above':>7}")
     found: dict[str, list[dict]] = {}
     for step in args.steps:
         for n in args.lengths:
-            if step == "mixing" and n > args.mixing_max:
+            if step in SCALED and n > args.mixing_max:
                 continue
             command = [sys.executable, __file__, "--worker", step, str(n)]
             command += ["--layers", str(args.layers), "--budget", str(args.budget)]
-            command += ["--threads", str(args.threads)]
+            command += ["--threads", str(args.threads), "--width", str(args.width)]
+            command += ["--heads", str(args.heads), "--kv-heads", str(args.kv_heads)]
+            command += ["--ff", str(args.ff)]
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode != 0:
                 print(f"{step:8} {n:>5} failed: {done.stderr.strip().splitlines()[-1:]}")

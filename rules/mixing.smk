@@ -125,6 +125,7 @@ rule mixing_propagate:
         batch_size=MIXING["batch_size"],
         ig_steps=MIXING["ig_steps"],
         maps_dtype=MIXING["maps_dtype"],
+        propagated_top_k=MIXING["propagated_top_k"],
         rollout_scopes=MIXING["rollout_scopes"],
         contrast=MIXING["contrast"],
     script:

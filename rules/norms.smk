@@ -12,6 +12,7 @@ NORMS_PARAMS = dict(
     sample_rate=NORMS["sample_rate"],
     scatter_max_points=NORMS["scatter_max_points"],
     maps_dtype=NORMS["maps_dtype"],
+    maps_top_k=NORMS["maps_top_k"],
 )
 
 

@@ -43,8 +43,10 @@ with (
         ig_steps=params.ig_steps,
         max_rel_residual=snakemake.config["analyses"]["mixing"]["max_rel_residual"],
         maps_dtype=params.maps_dtype,
+        maps_top_k=params.propagated_top_k,
         rollout_scopes=tuple(params.rollout_scopes),
         log=log,
+        memory_budget_mb=snakemake.config["memory_budget_mb"],
     )
 write_table(result.mixing, output.propagated_mixing)
 write_table(result.rollout, output.rollout)

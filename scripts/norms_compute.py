@@ -27,6 +27,7 @@ def analyse(loaded, store, maps, layers):
         log=log,
         layers=layers,
         memory_budget_mb=job.config["memory_budget_mb"],  # working memory: same maps
+        maps_top_k=params.maps_top_k,
     )
 
 

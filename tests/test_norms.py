@@ -25,6 +25,7 @@ from attnscope.core.store import HiddenStates, atomic_h5
 from attnscope.core.streaming import BottomKSample, Moments
 from attnscope.core.tokens import CATEGORY_NAMES, CLS, OTHER, PUNCT, SEP
 from attnscope.maps.head_norms import head_summed_norms
+from attnscope.maps.storage import map_bytes, read_map
 from conftest import tiny_batch, tiny_model, write_tiny_store
 
 
@@ -112,6 +113,51 @@ def test_analysis_fails_when_decomposition_breaks(tmp_path):
                 max_rel_residual=1e-4,
             )
     assert not (tmp_path / "maps.h5").exists()
+
+
+def assert_top_k_of(whole: np.ndarray, keys: np.ndarray, values: np.ndarray, rebuilt) -> None:
+    """keys, values [N, L, k] are each row's k largest entries of the whole maps [N, L, L],
+    largest first; `rebuilt` [N, L, L] keeps exactly those entries and 0 elsewhere."""
+    k = keys.shape[-1]
+    np.testing.assert_array_equal(values, -np.sort(-whole, axis=-1)[..., :k])
+    np.testing.assert_array_equal(np.take_along_axis(whole, keys.astype(np.int64), -1), values)
+    kept = np.zeros(whole.shape, bool)
+    np.put_along_axis(kept, keys.astype(np.int64), True, -1)
+    np.testing.assert_array_equal(rebuilt, np.where(kept, whole, 0))
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_top_k_maps_are_the_whole_maps_top_k(tmp_path, family):
+    """With `maps_top_k` 5 each layer's map is stored as each query row's 5 largest entries
+    (keys and values, largest first) of the whole map the default stores, and `read_map`
+    gives the whole map with every other entry 0 (a 16-piece store in batches of 3: rows
+    shorter than their batch and padding rows included)."""
+    store_path, model = write_tiny_store(tmp_path, family)
+    weights = canonical_weights(model)
+    for k in (0, 5):
+        with HiddenStates(store_path) as store, atomic_h5(tmp_path / f"maps{k}.h5") as maps:
+            corpus_pass(
+                store,
+                weights,
+                model,
+                maps,
+                batch_size=3,
+                device="cpu",
+                sample_size=10,
+                seed=0,
+                max_rel_residual=1e-4,
+                maps_top_k=k,
+            )
+    with h5py.File(tmp_path / "maps0.h5") as whole, h5py.File(tmp_path / "maps5.h5") as top:
+        for l in range(1, weights.n_layers + 1):
+            dense = whole[f"maps/{l}"][()]
+            N, L, _ = dense.shape
+            keys, values = top[f"maps/{l}/key"][()], top[f"maps/{l}/value"][()]
+            assert keys.shape == values.shape == (N, L, 5) and keys.dtype == np.uint16
+            assert_top_k_of(dense, keys, values, read_map(top, f"maps/{l}", 0, N, L))
+            assert keys.nbytes + values.nbytes == map_bytes(N, L, "float32", 5)  # the estimate
+            assert dense.nbytes == map_bytes(N, L, "float32")
+            np.testing.assert_array_equal(read_map(whole, f"maps/{l}", 0, N, L), dense)
 
 
 @pytest.mark.parametrize("family", ["bert", "gpt2"])

@@ -11,13 +11,21 @@ import torch
 
 from attnscope.analyses.mixing.plots import prediction as prediction_figure
 from attnscope.analyses.mixing.rollout import rollout_step
+from attnscope.analyses.mixing.statistics import mixing_ratio_of
 from attnscope.architectures import architecture, canonical_weights, prediction_head
 from attnscope.core.attention import visible_pairs
 from attnscope.core.checks import CheckError, ResidualLog
 from attnscope.core.store import HiddenStates
 from attnscope.maps.layer_decomposition import closing_layer_norm, layer_stages
 from attnscope.maps.prediction import logit_attribution
-from attnscope.maps.propagation import carried_scope, propagate, token_split
+from attnscope.maps.propagation import (
+    CARRIED_COPIES,
+    Carried,
+    carried_scope,
+    propagate,
+    source_chunk,
+    token_split,
+)
 from conftest import (
     CLASSIC,
     DECODERS,
@@ -44,26 +52,40 @@ def headed_model(family: str, dtype=torch.float32):
     return model
 
 
-def carry(model, dtype=torch.float32, bound=1e-5):
-    """Propagate a tiny ragged batch: (states, last split, residual log, mask, inputs)."""
+def assembled(chunks) -> Carried:
+    """The last state's split from its chunks: their parts side by side, the first's bias."""
+    chunks = sorted(chunks, key=lambda c: c.sources.start)
+    assert [c.sources.start for c in chunks[1:]] == [c.sources.stop for c in chunks[:-1]]
+    return Carried(torch.cat([c.split.parts for c in chunks], dim=2), chunks[0].split.bias)
+
+
+def carry(model, dtype=torch.float32, bound=1e-5, budget_mb=1024.0, splits=None, exact=True):
+    """Propagate a tiny ragged batch in chunks of input tokens that fit in `budget_mb`:
+    (states, each layer's total, the last state's split, residual log, mask, inputs); each
+    layer's `LayerSplit` is appended to `splits` when given. `exact` False: the states after
+    the embeddings are not given (as from a 16-bit store)."""
     family = model.config.model_type
     ids, mask = tiny_batch("roberta" if family == "roberta" else "bert")
     arch = architecture(family)
     inputs = arch.model_inputs(model, ids, mask, torch.zeros_like(ids))
     states = [s.to(dtype) for s in arch.residual_states(model, inputs)]
     log = ResidualLog(bound, None)
-    carried = []
+    weights = canonical_weights(model)
+    splits = [] if splits is None else splits
+    last = []
     with torch.no_grad():
-        last = propagate(
+        propagate(
             model,
-            canonical_weights(model),
-            lambda l: states[l],
+            weights,
+            lambda l: states[l] if exact or l == 0 else None,
             mask,
             0,
             lambda l, stage, got, want: log.add(l, stage, got, want, mask),
-            lambda l, split: carried.append(split.total()),
+            lambda l, split: splits.append(split),
+            lambda chunk: last.append(chunk) if chunk.layer == weights.n_layers else None,
+            budget_mb,
         )
-    return states, carried, last, log, mask, inputs
+    return states, [s.total for s in splits], assembled(last), log, mask, inputs
 
 
 def relative(got: torch.Tensor, want: torch.Tensor, mask: torch.Tensor) -> float:
@@ -109,6 +131,55 @@ def test_propagated_parts_rebuild_every_state_and_the_logit(family):
         assert relative(total, states[l], mask) < 1e-5
     assert (log.table()["max_rel"] < 1e-5).all()
     check_logits(model, last, mask, inputs, 1e-5)
+
+
+def budget_for(width: int, batch: int, n: int, d: int) -> float:
+    """The memory budget (MiB) whose chunks hold `width` input tokens."""
+    budget = width * CARRIED_COPIES * batch * n * d * 8 / 2**20
+    assert source_chunk(batch, n, d, budget) == width
+    return budget
+
+
+@pytest.mark.parametrize("exact", [True, False], ids=["exact", "16-bit"])
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
+def test_chunks_of_input_tokens_give_the_whole_split(family, exact):
+    """Carried in chunks of 1 and of 5 input tokens (12 = 5 + 5 + 2: a chunk that does not
+    divide n), every layer's assembled split (norms, total, the others' sum, bias, mixing
+    ratio, bias share), the last state's parts and the logits split from them equal the
+    split carried whole, within 1e-6 relative; every stage sum passes its check. Also where
+    the states after the embeddings are not given (a 16-bit store): the layer reads the whole
+    state carried alongside."""
+    model = headed_model(family)
+    d = model.config.hidden_size
+    found = {}
+    for width in (12, 1, 5):
+        splits = []
+        budget = budget_for(width, 3, 12, d)
+        states, totals, last, log, mask, inputs = carry(
+            model, budget_mb=budget, splits=splits, exact=exact
+        )
+        assert (log.table()["max_rel"] < 1e-5).all()
+        check_logits(model, last, mask, inputs, 1e-5)
+        found[width] = splits, last
+    whole, whole_last = found[12]
+    real = mask.bool()
+
+    def close(got, want):
+        scale = float(want.abs().max())
+        assert float((got - want).abs().max()) <= 1e-6 * scale
+
+    for width in (1, 5):
+        splits, last = found[width]
+        assert len(splits) == len(whole) == model.config.num_hidden_layers
+        for got, want in zip(splits, whole, strict=True):
+            for name in ("norms", "total", "others", "bias"):
+                close(getattr(got, name)[real], getattr(want, name)[real])
+            close(got.own_norm()[real], want.own_norm()[real])
+            ratio = mixing_ratio_of(got.others.norm(dim=-1), got.own_norm())
+            close(ratio[real], mixing_ratio_of(want.others.norm(dim=-1), want.own_norm())[real])
+            close(got.bias_share()[real], want.bias_share()[real])
+        close(last.parts[real], whole_last.parts[real])
+        close(last.bias[real], whole_last.bias[real])
 
 
 @pytest.mark.parametrize("family", CLASSIC)
@@ -167,10 +238,10 @@ def test_parts_are_carried_in_float64_and_a_wrong_split_fails(family):
     assert (log.table()["max_rel"] < 1e-5).all()
     ids, mask = tiny_batch("bert")
 
-    def perturb(layer, split):
-        if layer == 1:
-            norm = split.total()[0, 5].norm()
-            split.parts[0, 5, 2] += 1e-3 * norm / split.parts.shape[-1] ** 0.5
+    def perturb(chunk):
+        if chunk.layer == 1:
+            norm = chunk.total[0, 5].norm()
+            chunk.split.parts[0, 5, 2] += 1e-3 * norm / chunk.split.parts.shape[-1] ** 0.5
 
     bound = ResidualLog(1e-4, None, "propagation")
     with pytest.raises(CheckError, match="layer 2: propagation stage Attn"), torch.no_grad():
@@ -181,6 +252,7 @@ def test_parts_are_carried_in_float64_and_a_wrong_split_fails(family):
             mask,
             0,
             lambda l, stage, got, want: bound.add(l, stage, got, want, mask),
+            None,
             perturb,
         )
 
@@ -201,8 +273,18 @@ def test_zeroed_blocks_pass_the_parts_through(family):
     def check(layer, stage, got, want):  # the blocks' outputs are exactly 0: absolute
         assert float((got - want)[real].abs().max()) < 1e-6, (layer, stage)
 
+    weights, chunks = canonical_weights(model), []
     with torch.no_grad():
-        last = propagate(model, canonical_weights(model), lambda l: states[l], mask, 0, check)
+        propagate(
+            model,
+            weights,
+            lambda l: states[l],
+            mask,
+            0,
+            check,
+            on_chunk=lambda c: chunks.append(c) if c.layer == weights.n_layers else None,
+        )
+    last = assembled(chunks)
     start = token_split(states[0])
     real = mask.bool()
     assert torch.equal(last.parts[real], start.parts[real].double())  # carried in float64
@@ -226,9 +308,17 @@ def test_rollout_known_answers():
     assert torch.allclose(rollout_step(rollout_step(None, first), second), expected.double())
 
 
-def run_depth(tmp_path, family: str, head: bool = True, mask_token_id: int | None = 4):
-    """The mixing pass and the propagated pass over a tiny store: (store path, model,
-    layer maps, propagated maps, result)."""
+def run_depth(
+    tmp_path,
+    family: str,
+    head: bool = True,
+    mask_token_id: int | None = 4,
+    budget_mb: float = 1024.0,
+    top_k: int = 0,
+):
+    """The mixing pass and the propagated pass (in chunks of input tokens that fit in
+    `budget_mb`) over a tiny store: (store path, model, layer maps, propagated maps,
+    result)."""
     import h5py
 
     from attnscope.analyses.mixing.corpus_pass import corpus_pass
@@ -264,6 +354,8 @@ def run_depth(tmp_path, family: str, head: bool = True, mask_token_id: int | Non
             prediction,
             maps_dtype="float32",
             rollout_scopes=scopes,
+            memory_budget_mb=budget_mb,
+            maps_top_k=top_k,
             **settings,
         )
     return (
@@ -409,3 +501,49 @@ def test_a_bad_contrast_stops_the_config_checks_for_a_model_with_a_head(tmp_path
         check_contrast("llama", folder, {"contrast": [" the", " the"]})
     tiny_model("llama").save_pretrained(tmp_path / "bare")  # no LM head: nothing to contrast
     check_contrast("bare", tmp_path / "bare", {"contrast": [" the", " the"]})
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
+def test_depth_pass_in_chunks_of_one_input_token_gives_the_same_outputs(tmp_path, family):
+    """The corpus pass with every input token carried on its own (a budget below one token's
+    split) writes the propagated maps and bias norms, the mixing ratio and bias share, the
+    rollout comparison and the prediction's attribution (logits split per chunk with the
+    factors of the whole state) of the pass carried whole, within 1e-6 relative."""
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "chunks").mkdir()
+    whole = run_depth(tmp_path / "whole", family)
+    chunks = run_depth(tmp_path / "chunks", family, budget_mb=1e-9)
+    for name in whole[3]:
+        want, got = whole[3][name][()], chunks[3][name][()]
+        assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max(), name
+    for table in ("mixing", "rollout", "prediction"):
+        want, got = getattr(whole[4], table), getattr(chunks[4], table)
+        assert list(got.columns) == list(want.columns) and len(got) == len(want)
+        for column in want.columns:
+            if want[column].dtype.kind == "f":
+                scale = max(1.0, float(want[column].abs().max()))
+                assert np.allclose(got[column], want[column], rtol=0, atol=1e-6 * scale), column
+            else:
+                assert list(got[column]) == list(want[column]), (table, column)
+    assert (chunks[4].check["max_rel"] < 1e-5).all()
+
+
+def test_propagated_top_k_maps_are_the_whole_maps_top_k(tmp_path):
+    """With `propagated_top_k` 4, propagated.h5 keeps each query row's 4 largest entries of
+    the whole propagated maps, and the tables stay the same."""
+    from test_norms import assert_top_k_of
+
+    from attnscope.maps.storage import read_map
+
+    (tmp_path / "whole").mkdir()
+    (tmp_path / "top").mkdir()
+    whole = run_depth(tmp_path / "whole", "gpt2")
+    top = run_depth(tmp_path / "top", "gpt2", top_k=4)
+    for l in (1, 2):
+        dense = whole[3][f"{l}"][()]
+        N, L, _ = dense.shape
+        keys, values = top[3][f"{l}/key"][()], top[3][f"{l}/value"][()]
+        assert keys.shape == (N, L, 4)
+        assert_top_k_of(dense, keys, values, read_map(top[3], f"{l}", 0, N, L))
+    np.testing.assert_array_equal(top[3]["bias_norm"][()], whole[3]["bias_norm"][()])
+    assert top[4].mixing.equals(whole[4].mixing) and top[4].prediction.equals(whole[4].prediction)

@@ -52,7 +52,7 @@ from attnscope.maps.attend import Attend, attend_split
 from attnscope.maps.head_norms import head_summed_norms
 from attnscope.maps.layer_maps import layer_scope_maps
 from attnscope.maps.prediction import Prediction
-from attnscope.maps.propagation import contribution_norms, propagate
+from attnscope.maps.propagation import propagate
 from attnscope.maps.scopes import PROPAGATED, SCOPES
 from attnscope.pipeline import gguf
 from attnscope.pipeline.extract import extract
@@ -313,19 +313,35 @@ def decompose(
             for scope in layered:
                 maps[scope].append(found[scope][0].cpu().numpy())
         if PROPAGATED in scopes:
+            pairs = visible_pairs(mask, weights.causal).cpu()
+            if parts is not None:  # the chunks' parts, each layer's assembled
+                d = hidden[0].shape[-1]
+                parts[PROPAGATED] = list(np.zeros((weights.n_layers, n, n, d), np.float32))
 
             def carried(l, split):
-                pairs = visible_pairs(mask, weights.causal)
-                norms = contribution_norms(split, pairs)[0]  # carried in float64: float32 out,
-                maps[PROPAGATED].append(norms.float().cpu().numpy())  # like the other scopes
+                norms = (split.norms * pairs)[0]  # carried in float64: float32 out,
+                maps[PROPAGATED].append(norms.float().numpy())  # like the other scopes
+                bias[PROPAGATED].append(split.bias[0].float().cpu().numpy())
+
+            def chunk_parts(chunk):
                 if parts is not None:
-                    parts[PROPAGATED].append(split.parts[0].float().cpu().numpy())
-                    bias[PROPAGATED].append(split.bias[0].float().cpu().numpy())
+                    parts[PROPAGATED][chunk.layer - 1][:, chunk.sources] = (
+                        chunk.split.parts[0].float().cpu().numpy()
+                    )
 
             def check(l, stage, got, want):
                 residuals.add(l, f"{PROPAGATED} {stage}", got, want, mask)
 
-            propagate(model.module, weights, hidden.__getitem__, mask, ig_steps, check, carried)
+            propagate(
+                model.module,
+                weights,
+                hidden.__getitem__,
+                mask,
+                ig_steps,
+                check,
+                carried,
+                chunk_parts,
+            )
     stacked = {scope: np.stack(values) for scope, values in maps.items()}
     if parts is not None:
         parts = {scope: np.stack(values) for scope, values in parts.items() if values}

@@ -9,6 +9,7 @@
     propagation          the split carried from the input tokens through every layer
     prediction           the carried split pushed through the LM head to the logits
     scopes               the scope names, importable without torch (the config checks)
+    storage              how a map is stored in an HDF5 output: whole, or each row's top k
 
 A family that reads another family's *files* (probing reads mixing's maps.h5) declares it
 in its outputs (`Family.needs`); no family imports another family's modules.

@@ -67,7 +67,7 @@ from dataclasses import dataclass
 import torch
 
 from attnscope.core.attention import attention_probs, through, value_vectors
-from attnscope.core.canonical import CanonicalLayer, CanonicalLayerNorm
+from attnscope.core.canonical import CanonicalLayer, CanonicalLayerNorm, Linearised
 from attnscope.maps.scopes import SCOPES, VECTOR_SCOPES, WEIGHT_SCOPES  # noqa: F401
 
 MEMORY_BUDGET_MB = 1024  # default working memory of one query chunk's stages (config key)
@@ -77,10 +77,12 @@ FF_CHUNK_ELEMENTS = 2**22  # [B, n, chunk, d_ff] float32 pre-activation parts: <
 # than 64 MiB chunks at BERT-base shapes: benchmarks/bench_mixing.py)
 
 
-def query_chunk(batch: int, n: int, width: int, itemsize: int, budget_mb: float) -> int:
-    """Queries per chunk so that `STAGE_COPIES` tensors [batch, chunk, n, width] of `itemsize`
+def query_chunk(
+    batch: int, n: int, width: int, itemsize: int, budget_mb: float, copies: int = STAGE_COPIES
+) -> int:
+    """Queries per chunk so that `copies` tensors [batch, chunk, n, width] of `itemsize`
     bytes per value fit in `budget_mb` MiB (at least 1, at most n)."""
-    row = STAGE_COPIES * batch * n * width * itemsize
+    row = copies * batch * n * width * itemsize
     return max(1, min(n, int(budget_mb * 2**20 // max(1, row))))
 
 
@@ -216,6 +218,7 @@ def feed_forward_parts(
     ig_steps: int,
     factors: HeadFactors | None = None,
     offset: int = 0,
+    linearised: tuple[Linearised, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The FF block applied to the parts, its activation split by IG (zero baseline).
 
@@ -229,11 +232,16 @@ def feed_forward_parts(
     `factors`: the same parts in factored form, which makes z_ij W_pre n/H times cheaper
     (module docstring); without them z_ij W_pre is computed from `parts`. Queries are
     processed in sub-chunks: no [B, c, n, m] tensor. In a causal layer the parts of
-    keys after the chunk's last query are 0 at this stage and are skipped (half the work).
+    keys after the chunk's last query are 0 at this stage and are skipped (half the work);
+    `offset` is the first query's position minus the first key's (negative for a chunk of
+    carried sources from a later token on, `Carried.first`).
+    `linearised`: (the linearisation, FF(h)) at the total input when the caller has them
+    (`linearise_ff`; a carried split of some of the sources does not sum to h).
     """
     B, c, n, _ = parts.shape
-    total = parts.sum(2) + bias
-    lin = layer.ff.linearise(total, ig_steps)
+    if linearised is None:
+        linearised = linearise_ff(parts.sum(2) + bias, layer, ig_steps)
+    lin, ff_real = linearised
     m = lin.W_pre.shape[1]
     if factors is None:
 
@@ -246,16 +254,42 @@ def feed_forward_parts(
     chunk = max(1, FF_CHUNK_ELEMENTS // max(1, B * n * m))
     for i0 in range(0, c, chunk):
         i1 = min(c, i0 + chunk)
-        keys = offset + i1 if layer.causal else n
+        keys = min(n, offset + i1) if layer.causal else n
+        if keys <= 0:  # every part of these queries is 0 (a chunk of later sources)
+            continue
         u = pre_activation(i0, i1, keys).mul_(lin.c[:, None, i0:i1])  # [B, keys, c (i), m]
         out[:, i0:i1, :keys] = (lin.fold(u) @ lin.W_post).transpose(1, 2)
     new_bias = lin.fold((bias @ lin.W_pre + lin.b_pre) * lin.c) @ lin.W_post + lin.b_out
-    return out, new_bias, layer.ff(total)
+    return out, new_bias, ff_real
 
 
-def _normed(parts, bias, norm):
-    """(parts, bias) through `norm` (the scale from their sum), or unchanged when None."""
-    return (parts, bias) if norm is None else layer_norm_parts(parts, bias, norm)
+def linearise_ff(total: torch.Tensor, layer: CanonicalLayer, ig_steps: int):
+    """The FF block's linearisation (IG coefficients) at its total input h [B, c, d], and its
+    real output FF(h) [B, c, d] (the completeness check's reference)."""
+    return layer.ff.linearise(total, ig_steps), layer.ff(total)
+
+
+def per_token(
+    recorded: dict | None, key: str, parts: torch.Tensor, bias: torch.Tensor, compute: Callable
+):
+    """A per-token quantity of a stage (a norm's scale, the FF's linearisation): `compute`
+    applied to the stage's total sum_j parts_ij + bias_i, or, when `recorded` already holds
+    `key`, the value recorded there from the whole state (`layer_stages`' `recorded`)."""
+    if recorded is not None and key in recorded:
+        return recorded[key]
+    value = compute(parts.sum(2) + bias)
+    if recorded is not None:
+        recorded[key] = value
+    return value
+
+
+def _normed(parts, bias, norm, recorded: dict | None = None, key: str = ""):
+    """(parts, bias) through `norm` (the scale from their sum, or recorded under `key`), or
+    unchanged when None."""
+    if norm is None:
+        return parts, bias
+    s = per_token(recorded, key, parts, bias, norm.scale)
+    return layer_norm_parts(parts, bias, norm, s)
 
 
 @dataclass
@@ -266,13 +300,15 @@ class Carried:
 
     parts: torch.Tensor
     bias: torch.Tensor
+    first: int = 0  # sources that are the tokens first .. first + m - 1 of the sequence (a
+    # chunk of input tokens): a causal layer gives no token a part of a later one
 
     def total(self) -> torch.Tensor:
         return self.parts.sum(2) + self.bias
 
 
 def carried_attention(
-    alpha: torch.Tensor, carried: Carried, layer: CanonicalLayer
+    alpha: torch.Tensor, carried: Carried, layer: CanonicalLayer, recorded: dict | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The attention block applied to a carried split of its input (before any output norm).
 
@@ -280,11 +316,12 @@ def carried_attention(
     (its norm of X for pre-LN, a norm per token: `layer_norm_parts`): with x_k = sum_j p_kj +
     b_k, part j of the output at query i is sum_h sum_k alpha^h_ik p_kj W_V^h W_O^h, and the
     bias gets sum_h sum_k alpha^h_ik (b_k W_V^h + b_V^h) W_O^h + b_O.
-    alpha [B, H, n, n] -> (parts [B, n, m, d], bias [B, n, d]).
+    alpha [B, H, n, n] -> (parts [B, n, m, d], bias [B, n, d]). `recorded`: as in
+    `layer_stages`.
     """
     parts, bias = carried.parts, carried.bias
-    if layer.pre_ln and layer.ln_attn is not None:
-        parts, bias = layer_norm_parts(parts, bias, layer.ln_attn)
+    if layer.pre_ln:
+        parts, bias = _normed(parts, bias, layer.ln_attn, recorded, "ln_attn")
     B, H, n, _ = alpha.shape
     G = layer.n_kv_heads
     alpha = alpha.reshape(B, G, H // G, n, n)  # query heads grouped by their key/value head
@@ -309,6 +346,7 @@ def layer_stages(
     carried: Carried | None = None,
     queries: tuple[int, int] | None = None,
     memo: dict | None = None,
+    recorded: dict | None = None,
 ) -> Iterator[Stage]:
     """Yield the six vector stages of one layer in module order (see the module docstring).
 
@@ -326,6 +364,14 @@ def layer_stages(
     `queries` (i0, i1): decompose only those queries (parts [B, i1 - i0, n, d]; the module
     docstring's Memory); not with `carried`. `memo`: a dict kept across the query chunks of
     one layer (its attention, value vectors and FF head factors are computed once).
+
+    `recorded` (with `carried`): a dict of the per-token quantities (every norm's scale, the
+    FF's linearisation and real output), keyed by where they act. Each missing one is computed
+    from the stage's total and recorded; each present one is used as it is. So a split of only
+    some sources (a chunk of the input tokens, whose parts do not sum to the state) is
+    decomposed exactly by passing the dict filled by a decomposition of the whole state (e.g.
+    one source: the state itself). Their bias is then the chunk's own image of its bias plus
+    every constant term (b_O, beta, b_V, FF biases) once more.
     """
     memo = {} if memo is None else memo
     if "alpha" not in memo:
@@ -341,10 +387,10 @@ def layer_stages(
         parts = attention_parts(alpha, fx)
         bias = layer.b_O.expand_as(Xq).clone()
     else:
-        parts, bias = carried_attention(alpha, carried, layer)
+        parts, bias = carried_attention(alpha, carried, layer, recorded)
     if layer.post_attn is not None:  # sandwich / OLMo-2: a norm on the block's output
         post = layer.post_attn
-        s_post = layer_norm_scale(parts.sum(2) + bias, post)
+        s_post = per_token(recorded, "post_attn", parts, bias, post.scale)
         parts, bias = layer_norm_parts(parts, bias, post, s_post)
         if carried is None:
             alpha = alpha / s_post[:, None]  # the factored form of the normed parts
@@ -373,7 +419,7 @@ def layer_stages(
             alpha, fx, Xq, torch.ones_like(X[0, 0]), ones, False, q0, memo.setdefault("ff", {})
         )
     elif ln is not None:
-        scale = layer_norm_scale(parts.sum(2) + bias, ln)
+        scale = per_token(recorded, "ln_ff", parts, bias, ln.scale)
         if carried is None:
             ff_memo = memo.setdefault("ff", {})
             factors = HeadFactors(alpha, fx, Xq, ln.gamma, scale, ln.centred, q0, ff_memo)
@@ -381,9 +427,19 @@ def layer_stages(
     if not layer.pre_ln:  # post-LN: the residual around FF is AttnResLn
         residual_parts, residual_bias = parts, bias
     yield Stage("AttnResLn", parts, bias, factors, q0)
-    ff_parts, ff_bias, ff_real = feed_forward_parts(parts, bias, layer, ig_steps, factors, q0)
+    linearised = None
+    if recorded is not None:
+
+        def linearise(total):
+            return linearise_ff(total, layer, ig_steps)
+
+        linearised = per_token(recorded, "ff", parts, bias, linearise)
+    offset = q0 if carried is None else -carried.first
+    ff_parts, ff_bias, ff_real = feed_forward_parts(
+        parts, bias, layer, ig_steps, factors, offset, linearised
+    )
     del factors, alpha
-    ff_parts, ff_bias = _normed(ff_parts, ff_bias, layer.post_ff)
+    ff_parts, ff_bias = _normed(ff_parts, ff_bias, layer.post_ff, recorded, "post_ff")
     if completeness is not None:
         completeness["ff_real"] = through(layer.post_ff, ff_real)
     del parts
@@ -392,7 +448,8 @@ def layer_stages(
     del residual_parts
     bias = ff_bias + residual_bias
     yield Stage("AttnResLnFfRes", parts, bias, offset=q0)
-    parts, bias = _normed(parts, bias, closing_ln if layer.pre_ln else layer.ln_ff)
+    closing = closing_ln if layer.pre_ln else layer.ln_ff
+    parts, bias = _normed(parts, bias, closing, recorded, "closing")
     yield Stage("AttnResLnFfResLn", parts, bias, offset=q0)
 
 

@@ -31,8 +31,8 @@ from attnscope.core.canonical import CanonicalLayerNorm, CanonicalModel, Predict
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import contrast_ids
-from attnscope.maps.layer_decomposition import layer_norm_parts
-from attnscope.maps.propagation import Carried
+from attnscope.maps.layer_decomposition import layer_norm_parts, per_token
+from attnscope.maps.propagation import Chunk
 
 BIAS_SOURCE = -1  # the `source` of the bias rows in prediction.tsv
 LOGIT = "Logit"  # the check stages of the attribution
@@ -54,11 +54,13 @@ def prediction_positions(
     return [(row, int(np.flatnonzero(t)[-1])) for row, t in enumerate(text) if t.any()]
 
 
-def _normed(parts, bias, ln: CanonicalLayerNorm | None):
-    """[P, m, d], [P, d] through a norm (scale from their sum), or unchanged."""
+def _normed(parts, bias, ln: CanonicalLayerNorm | None, recorded: dict | None, key: str):
+    """[P, m, d], [P, d] through a norm (scale from their sum, or recorded under `key`), or
+    unchanged."""
     if ln is None:
         return parts, bias
-    parts, bias = layer_norm_parts(parts[:, None], bias[:, None], ln)
+    s = per_token(recorded, key, parts[:, None], bias[:, None], ln.scale)
+    parts, bias = layer_norm_parts(parts[:, None], bias[:, None], ln, s)
     return parts[:, 0], bias[:, 0]
 
 
@@ -69,28 +71,39 @@ def logit_attribution(
     head: PredictionHead,
     columns: torch.Tensor,
     ig_steps: int = 0,
+    recorded: dict | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Split the logits of `columns` [P, k] (token ids) at P positions by source.
 
     parts [P, m, d], bias [P, d]: the last residual state's split at those positions.
     Returns (contributions [P, k, m], bias share [P, k]); their sum over m plus the bias
-    share is the logit.
+    share is the logit. `recorded`: the per-position factors (norm scales, the transform's
+    IG coefficients, the soft-cap's factor), as `layer_stages`' `recorded`: filled from a
+    split that sums to the state, used for one of only some sources (`LogitSplit`).
     """
     dtype = parts.dtype  # the head's weights are taken to it (the k columns of W_U alone)
-    parts, bias = _normed(parts, bias, cast(final_ln, dtype))
+    parts, bias = _normed(parts, bias, cast(final_ln, dtype), recorded, "final_ln")
     if head.transform is not None:
-        lin = cast(head.transform, dtype).linearise((parts.sum(1) + bias)[:, None], ig_steps)
+        transform = cast(head.transform, dtype)
+
+        def linearise(total):
+            return transform.linearise(total, ig_steps)
+
+        lin = per_token(recorded, "transform", parts[:, None], bias[:, None], linearise)
         c = lin.c[:, 0]  # [P, m_ff]
         parts = lin.fold((parts @ lin.W_pre) * c[:, None]) @ lin.W_post
         bias = lin.fold((bias @ lin.W_pre + lin.b_pre) * c) @ lin.W_post + lin.b_out
-    parts, bias = _normed(parts, bias, cast(head.ln, dtype))
+    parts, bias = _normed(parts, bias, cast(head.ln, dtype), recorded, "head_ln")
     unembed = head.W_U.T[columns].to(dtype)  # [P, k, d]
     contributions = torch.einsum("pmd,pkd->pkm", parts, unembed) * head.multiplier
     b_U = head.b_U[columns].to(dtype)
     bias_share = (torch.einsum("pd,pkd->pk", bias, unembed) + b_U) * head.multiplier
     if head.softcap is not None:
-        z = contributions.sum(-1) + bias_share
-        factor = torch.where(z != 0, head.softcap * torch.tanh(z / head.softcap) / z, 1.0)
+
+        def softcap_factor(z):  # z [P, k]: the capped logits' inputs
+            return torch.where(z != 0, head.softcap * torch.tanh(z / head.softcap) / z, 1.0)
+
+        factor = per_token(recorded, "softcap", contributions, bias_share, softcap_factor)
         contributions, bias_share = contributions * factor[..., None], bias_share * factor
     return contributions, bias_share
 
@@ -202,18 +215,18 @@ def model_logits(model, store: HiddenStates, batch) -> torch.Tensor:
 
 
 def reference_logits(
-    prediction: Prediction, weights: CanonicalModel, store: HiddenStates, batch, last: Carried
+    prediction: Prediction, weights: CanonicalModel, store: HiddenStates, batch, total
 ) -> torch.Tensor:
     """The logits [B, n, V] the attribution is checked against: the loaded model's forward,
-    or on the layer-streamed route the head on the stored X_L (on the carried total X_L where
-    the store is 16-bit, so that the check is the head's alone)."""
+    or on the layer-streamed route the head on the stored X_L (on the carried total X_L
+    [B, n, d], `total`, where the store is 16-bit, so that the check is the head's alone)."""
     if prediction.model is not None:
         return model_logits(prediction.model, store, batch)
     n = batch.X.shape[1]
     if store.exact:
         X = store.batch(weights.n_layers, batch.start, batch.stop, n, str(batch.X.device)).X
     else:
-        X = last.total()
+        X = total
     with torch.no_grad():
         return head_logits(prediction.head, weights.final_ln, X).float()
 
@@ -234,60 +247,99 @@ class Attribution:
     logits: np.ndarray
 
 
-def attribute(
-    weights: CanonicalModel,
-    store: HiddenStates,
-    batch,
-    carried: Carried,
-    prediction: Prediction,
-    ig_steps: int,
-    residuals: ResidualLog,
-) -> Attribution | None:
-    """Split the model's top token at each predicted position of a batch (and target and
-    foil) by input token (None when the batch has no position to attribute), checked against
-    the model's logits: relative to |logit|, at least the spread of the position's logits."""
-    mask = batch.mask.cpu().numpy()
-    where = prediction_positions(batch.input_ids, mask, batch.word_ids, prediction.mask_token_id)
-    if not where:
-        return None
-    rows = torch.tensor([r for r, _ in where], device=batch.X.device)
-    positions = torch.tensor([p for _, p in where], device=batch.X.device)
-    logits = reference_logits(prediction, weights, store, batch, carried)[rows, positions]
-    columns = logits.argmax(-1, keepdim=True)
-    if prediction.contrast is not None:
-        pair = torch.tensor(prediction.contrast, device=logits.device)
-        columns = torch.cat([columns, pair.expand(len(where), 2)], dim=1)
-    real = logits.gather(1, columns)
-    spread = logits.std(-1)
-    contributions, bias_part = logit_attribution(
-        carried.parts[rows, positions],
-        carried.bias[rows, positions],
-        weights.final_ln,
-        prediction.head,
-        columns,
-        ig_steps,
-    )
-    got = contributions.sum(-1) + bias_part
-    checked = [(LOGIT, got[:, 0], real[:, 0])]
-    if prediction.contrast is not None:
-        checked.append((CONTRAST, got[:, 1] - got[:, 2], real[:, 1] - real[:, 2]))
-    for stage, value, want in checked:
-        error = (value - want).abs()
-        scale = torch.maximum(want.abs(), spread)
-        residuals.record(weights.n_layers, stage, float(error.max()), float((error / scale).max()))
-    return Attribution(
-        rows=[r for r, _ in where],
-        positions=[p for _, p in where],
-        kind="masked" if prediction.mask_token_id is not None else "next",
-        columns=columns.cpu().numpy(),
-        contributions=contributions.cpu().numpy(),
-        bias=bias_part.cpu().numpy(),
-        logits=real.cpu().numpy(),
-    )
+class LogitSplit:
+    """The model's top token at each predicted position of a batch (and target and foil)
+    split by input token, assembled from the last state's chunks (`add` each
+    `propagation.Chunk` of the last layer): the per-position factors are recorded from the
+    whole state the first chunk brings (`logit_attribution`'s `recorded`), each chunk gives
+    its sources' contributions, the first one the bias. `result` checks the sum against the
+    model's logits: relative to |logit|, at least the spread of the position's logits."""
+
+    def __init__(
+        self,
+        weights: CanonicalModel,
+        store: HiddenStates,
+        batch,
+        prediction: Prediction,
+        ig_steps: int,
+    ):
+        self.weights, self.store, self.batch = weights, store, batch
+        self.prediction, self.ig_steps = prediction, ig_steps
+        mask = batch.mask.cpu().numpy()
+        self.where = prediction_positions(
+            batch.input_ids, mask, batch.word_ids, prediction.mask_token_id
+        )
+        self.recorded: dict | None = None
+
+    def _start(self, total: torch.Tensor) -> None:
+        """The reference logits, the columns and the recorded factors, from X_L [B, n, d]."""
+        device = total.device
+        self.rows = torch.tensor([r for r, _ in self.where], device=device)
+        self.positions = torch.tensor([p for _, p in self.where], device=device)
+        logits = reference_logits(self.prediction, self.weights, self.store, self.batch, total)
+        logits = logits[self.rows, self.positions]
+        columns = logits.argmax(-1, keepdim=True)
+        if self.prediction.contrast is not None:
+            pair = torch.tensor(self.prediction.contrast, device=logits.device)
+            columns = torch.cat([columns, pair.expand(len(self.where), 2)], dim=1)
+        self.columns, self.real, self.spread = columns, logits.gather(1, columns), logits.std(-1)
+        self.recorded = {}
+        whole = total[self.rows, self.positions]
+        self._attribution(whole[:, None], torch.zeros_like(whole))
+        self.contributions = whole.new_zeros(*columns.shape, total.shape[1])
+        self.bias: torch.Tensor | None = None
+
+    def _attribution(self, parts, bias):
+        weights = self.weights
+        return logit_attribution(
+            parts,
+            bias,
+            weights.final_ln,
+            self.prediction.head,
+            self.columns,
+            self.ig_steps,
+            self.recorded,
+        )
+
+    def add(self, chunk: Chunk) -> None:
+        """One chunk of the last state's split (`chunk.total` the whole X_L)."""
+        if not self.where:
+            return
+        if self.recorded is None:
+            self._start(chunk.total)
+        at = (self.rows, self.positions)
+        found, bias = self._attribution(chunk.split.parts[at], chunk.split.bias[at])
+        self.contributions[..., chunk.sources] = found
+        if chunk.carries_bias:
+            self.bias = bias
+
+    def result(self, residuals: ResidualLog) -> Attribution | None:
+        """The attribution, checked (`residuals` records the `Logit` and `LogitDifference`
+        stages at the last layer); None when the batch has no position to attribute."""
+        if not self.where:
+            return None
+        got = self.contributions.sum(-1) + self.bias
+        checked = [(LOGIT, got[:, 0], self.real[:, 0])]
+        if self.prediction.contrast is not None:
+            checked.append((CONTRAST, got[:, 1] - got[:, 2], self.real[:, 1] - self.real[:, 2]))
+        for stage, value, want in checked:
+            error = (value - want).abs()
+            scale = torch.maximum(want.abs(), self.spread)
+            max_rel = float((error / scale).max())
+            residuals.record(self.weights.n_layers, stage, float(error.max()), max_rel)
+        return Attribution(
+            rows=[r for r, _ in self.where],
+            positions=[p for _, p in self.where],
+            kind="masked" if self.prediction.mask_token_id is not None else "next",
+            columns=self.columns.cpu().numpy(),
+            contributions=self.contributions.cpu().numpy(),
+            bias=self.bias.cpu().numpy(),
+            logits=self.real.cpu().numpy(),
+        )
 
 
 def prediction_frame(batch, found: Attribution, token_of) -> pd.DataFrame:
-    """prediction.tsv rows of one batch's `attribute` result."""
+    """prediction.tsv rows of one batch's `LogitSplit.result`."""
     lengths = batch.mask.sum(1).cpu().numpy()
     return prediction_rows(
         [batch.start + r for r in found.rows],

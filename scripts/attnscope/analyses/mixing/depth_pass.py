@@ -4,8 +4,9 @@ Per batch: the token split carried through every layer (`propagation.propagate`)
 stage checked against the real module output; per layer the map ||p_{l, i<-j}|| written to
 `propagated.h5` `{layer}`, the mixing ratio and bias share accumulated, and each rollout of
 the per-layer maps (read back from the mixing family's `maps.h5`) compared with it; at the
-end, the split pushed through the LM head where the model has one. At most one batch of one
-layer's decomposition is in memory.
+end, the split pushed through the LM head where the model has one. At most one batch is in
+memory, carried in chunks of input tokens that fit in `memory_budget_mb`
+(`propagation.propagate`).
 """
 
 from __future__ import annotations
@@ -18,18 +19,16 @@ import pandas as pd
 import torch
 
 from attnscope.analyses.mixing.rollout import RolloutRSA, rollout_step
-from attnscope.analyses.mixing.statistics import MixingRatios, vector_mixing_ratio
+from attnscope.analyses.mixing.statistics import MixingRatios, mixing_ratio_of
 from attnscope.core.attention import visible_pairs
 from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
 from attnscope.core.tables import not_applicable
-from attnscope.maps.prediction import Prediction, attribute, prediction_frame
-from attnscope.maps.propagation import (
-    bias_share,
-    contribution_norms,
-    propagate,
-)
+from attnscope.maps.layer_decomposition import MEMORY_BUDGET_MB
+from attnscope.maps.prediction import LogitSplit, Prediction, prediction_frame
+from attnscope.maps.propagation import propagate
+from attnscope.maps.storage import MapDataset
 
 MEASURES = ("mixing_ratio", "bias_share")
 
@@ -57,11 +56,15 @@ def depth_pass(
     maps_dtype: str,
     rollout_scopes: tuple[str, ...],
     log: logging.Logger | None = None,
+    memory_budget_mb: float = MEMORY_BUDGET_MB,
+    maps_top_k: int = 0,
 ) -> PropagationResult:
     """Stream the store batch by batch; write `{layer}` [N, L, L] (||p_{l, i<-j}||, 1-based
     layers) into `propagated`, reading the per-layer maps for the rollouts from `layer_maps`
     (the mixing family's maps.h5). A stage or logit missing its reference by more than
-    `max_rel_residual` raises `checks.CheckError`."""
+    `max_rel_residual` raises `checks.CheckError`. `memory_budget_mb`: the working memory of
+    one chunk of input tokens carried through the depth (`propagation.propagate`);
+    `maps_top_k` k > 0: `{layer}` keeps each row's k largest entries (`maps.storage`)."""
     N, L, n_layers = store.n_sequences, store.length, weights.n_layers
     propagated.attrs["layers"] = "1-based"
     propagated.attrs["description"] = (
@@ -71,8 +74,7 @@ def depth_pass(
     propagated.attrs["ig_steps"] = ig_steps
     propagated.attrs["causal"] = bool(weights.causal)
     datasets = [
-        propagated.create_dataset(f"{l}", (N, L, L), dtype=maps_dtype, chunks=(1, L, L))
-        for l in range(1, n_layers + 1)
+        MapDataset(propagated, f"{l}", N, L, maps_dtype, maps_top_k) for l in range(1, n_layers + 1)
     ]
     bias_norm = propagated.create_dataset("bias_norm", (N, n_layers, L), dtype="float32")
     stored_exact = store.exact
@@ -92,21 +94,28 @@ def depth_pass(
                 return None
             return torch.from_numpy(store.hidden(l, batch.start, batch.stop)[:, :n]).to(device)
 
-        def on_layer(l, carried, batch=batch, n=n, mask=mask, pairs=pairs, rollouts=rollouts):
-            norms = contribution_norms(carried, pairs)
-            datasets[l - 1][batch.start : batch.stop, :n, :n] = norms.cpu().numpy()
+        def on_layer(l, split, batch=batch, n=n, mask=mask, pairs=pairs, rollouts=rollouts):
+            norms = split.norms * pairs.cpu()
+            datasets[l - 1].write(batch.start, norms)
             bias_norm[batch.start : batch.stop, l - 1, :n] = (
-                (carried.bias.norm(dim=-1) * mask).cpu().numpy()
+                (split.bias.norm(dim=-1) * mask).cpu().numpy()
             )
-            measures.add("mixing_ratio", l - 1, vector_mixing_ratio(carried.parts), mask)
-            measures.add("bias_share", l - 1, bias_share(carried), mask)
+            ratio = mixing_ratio_of(split.others.norm(dim=-1), split.own_norm())
+            measures.add("mixing_ratio", l - 1, ratio, mask)
+            measures.add("bias_share", l - 1, split.bias_share(), mask)
             for scope in rollout_scopes:
                 layer_map = layer_maps[f"{scope}/{l}"][batch.start : batch.stop, :n, :n]
                 rollouts[scope] = rollout_step(rollouts[scope], torch.from_numpy(layer_map))
-            rsa.add(l - 1, norms.cpu(), rollouts, pairs.cpu())
+            rsa.add(l - 1, norms, rollouts, pairs.cpu())
+
+        logits = LogitSplit(weights, store, batch, prediction, ig_steps)
+
+        def on_chunk(chunk, logits=logits):
+            if prediction.head is not None and chunk.layer == n_layers:
+                logits.add(chunk)
 
         with torch.no_grad():
-            last = propagate(
+            propagate(
                 model,
                 weights,
                 state,
@@ -114,11 +123,12 @@ def depth_pass(
                 ig_steps,
                 lambda l, stage, got, want, mask=mask: residuals.add(l, stage, got, want, mask),
                 on_layer,
+                on_chunk,
+                memory_budget_mb,
             )
-            if prediction.head is not None:
-                found = attribute(weights, store, batch, last, prediction, ig_steps, residuals)
-                if found is not None:
-                    predictions.append(prediction_frame(batch, found, prediction.token_of))
+            found = logits.result(residuals) if prediction.head is not None else None
+            if found is not None:
+                predictions.append(prediction_frame(batch, found, prediction.token_of))
         if log:
             log.info("sequences %d-%d done", batch.start + 1, batch.stop)
     return PropagationResult(

@@ -1,17 +1,19 @@
 """Outputs of the whole-layer mixing analysis (Kobayashi et al. 2021, 2024)."""
 
 from attnscope.maps.scopes import SCOPES
+from attnscope.maps.storage import map_bytes as stored_map_bytes
 from attnscope.pipeline.outputs import Family, Figure, ModelShape
 
 
 def map_bytes(settings: dict, n_layers: int, n_sequences: int, length: int) -> dict[str, int]:
-    """maps.h5: one [N, L, L] map per scope and layer; propagated.h5: one per layer, and the
-    float32 bias norms [N, layers, L]."""
-    itemsize = 2 if settings["maps_dtype"] == "float16" else 4
-    one_map = n_sequences * length**2 * itemsize
+    """maps.h5: one [N, L, L] map per scope and layer; propagated.h5: one per layer (each
+    row's top k with `propagated_top_k`), and the float32 bias norms [N, layers, L]."""
+    dtype = settings["maps_dtype"]
+    one_map = stored_map_bytes(n_sequences, length, dtype)
+    propagated = stored_map_bytes(n_sequences, length, dtype, settings.get("propagated_top_k", 0))
     return {
         "maps.h5": len(SCOPES) * n_layers * one_map,
-        "propagated.h5": n_layers * one_map + n_sequences * n_layers * length * 4,
+        "propagated.h5": n_layers * propagated + n_sequences * n_layers * length * 4,
     }
 
 

@@ -24,8 +24,13 @@ def vector_mixing_ratio(parts: torch.Tensor, offset: int = 0) -> torch.Tensor:
     token with no parts at all).
     """
     own = parts.diagonal(offset=offset, dim1=1, dim2=2).transpose(1, 2)  # [B, c, d]
-    others = (parts.sum(2) - own).norm(dim=-1)
-    total = others + own.norm(dim=-1)
+    return mixing_ratio_of((parts.sum(2) - own).norm(dim=-1), own.norm(dim=-1))
+
+
+def mixing_ratio_of(others: torch.Tensor, own: torch.Tensor) -> torch.Tensor:
+    """others / (others + own) from the norms ||sum_{j != i} z_ij|| and ||z_ii|| [B, c]
+    (0/0 -> 0)."""
+    total = others + own
     return torch.where(total > 0, others / total.clamp_min(1e-30), torch.zeros_like(total))
 
 

@@ -30,6 +30,7 @@ from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
 from attnscope.maps.head_norms import MEMORY_BUDGET_MB, head_summed_norms
+from attnscope.maps.storage import MapDataset
 
 
 def corpus_pass(
@@ -47,6 +48,7 @@ def corpus_pass(
     log: logging.Logger | None = None,
     layers: list[int] | None = None,
     memory_budget_mb: float = MEMORY_BUDGET_MB,
+    maps_top_k: int = 0,
 ) -> tuple[NormsAccumulator, pd.DataFrame]:
     """Stream the store layer by layer; return the accumulator and the residual table.
 
@@ -56,7 +58,8 @@ def corpus_pass(
     chunks (`head_summed_norms`).
 
     Writes `maps/{l}` [N, L, L] (l 1-based; rows query i, columns key j; 0 where the pair
-    does not count) into the open HDF5 file `maps`, batch by batch. Every batch's
+    does not count) into the open HDF5 file `maps`, batch by batch; with `maps_top_k` k > 0
+    only each row's k largest entries (`maps.storage`). Every batch's
     sum_h sum_j alpha f(x) + b_O is checked against the module's own output
     (`Architecture.attention_output`); a relative residual above `max_rel_residual` raises
     `checks.CheckError`. The residual table has `checks.ResidualLog`'s columns.
@@ -70,9 +73,7 @@ def corpus_pass(
     layers = range(weights.n_layers) if layers is None else layers
     for l in layers:
         layer = weights.layers[l]
-        dataset = maps.create_dataset(
-            f"maps/{l + 1}", (N, L, L), dtype=maps_dtype, chunks=(1, L, L)
-        )
+        dataset = MapDataset(maps, f"maps/{l + 1}", N, L, maps_dtype, maps_top_k)
         for batch in store.batches(l, batch_size, device):
             with torch.no_grad():
                 alpha = attention_probs(batch.X, batch.mask, layer)
@@ -86,8 +87,7 @@ def corpus_pass(
                 acc.massive.add_batch(l, batch.X, batch.mask)
                 pairs = visible_pairs(batch.mask, layer.causal)
                 norm_map = head_summed_norms(alpha, fx, memory_budget_mb) * pairs
-            n = batch.X.shape[1]
-            dataset[batch.start : batch.stop, :n, :n] = norm_map.cpu().numpy()
+            dataset.write(batch.start, norm_map)
     if weights.n_layers - 1 in layers:
         for batch in store.batches(weights.n_layers, batch_size, device):
             acc.massive.add_batch(weights.n_layers, batch.X, batch.mask)

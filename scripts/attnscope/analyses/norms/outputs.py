@@ -2,6 +2,7 @@
 al. 2023, Gu et al. 2024) and massive activations (Sun et al. 2024) from the same pass, and
 the attention-sink card (`SINK_CARD`, the rule norms_sink_card: `sink_card.py`)."""
 
+from attnscope.maps.storage import map_bytes as stored_map_bytes
 from attnscope.pipeline.outputs import Family, Figure, ModelShape
 
 SINK_CARD = (
@@ -17,9 +18,12 @@ layer (Sink^eps counts every head, the control and the intervention run the whol
 
 
 def map_bytes(settings: dict, n_layers: int, n_sequences: int, length: int) -> dict[str, int]:
-    """attn_n_maps.h5: one [N, L, L] map per layer."""
-    itemsize = 2 if settings["maps_dtype"] == "float16" else 4
-    return {"attn_n_maps.h5": n_layers * n_sequences * length**2 * itemsize}
+    """attn_n_maps.h5: one [N, L, L] map per layer (each row's top k with `maps_top_k`)."""
+    top_k = settings.get("maps_top_k", 0)
+    return {
+        "attn_n_maps.h5": n_layers
+        * stored_map_bytes(n_sequences, length, settings["maps_dtype"], top_k)
+    }
 
 
 def part_bytes(settings: dict, shape: ModelShape, n_sequences: int, length: int) -> int:

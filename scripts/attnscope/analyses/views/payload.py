@@ -55,12 +55,13 @@ from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CATEGORY_NAMES, SEP, VISIBLE_WHITESPACE, piece_labels
+from attnscope.maps import storage
 from attnscope.maps.attend import BIAS, embedding_split, layer_split, qk_split
 from attnscope.maps.head_norms import head_summed_norms
 from attnscope.maps.layer_decomposition import VECTOR_SCOPES
 from attnscope.maps.layer_maps import layer_scope_maps
-from attnscope.maps.prediction import Prediction, attribute
-from attnscope.maps.propagation import Carried, contribution_norms, propagate
+from attnscope.maps.prediction import LogitSplit, Prediction
+from attnscope.maps.propagation import propagate
 from attnscope.maps.scopes import PROPAGATED
 
 WHY_KEYS, WHY_PAIRS = 1, 3  # keys per query row, component pairs per (query, key)
@@ -98,8 +99,8 @@ def word_units(word_ids: np.ndarray) -> np.ndarray:
 
 def top_k_rows(values: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
     """The k largest entries of each row: (keys uint16, values float16), each [n, k]."""
-    top = torch.topk(values, min(k, values.shape[-1]), dim=-1)
-    return top.indices.cpu().numpy().astype(np.uint16), top.values.cpu().numpy().astype("f2")
+    keys, top = storage.top_k_rows(values, k)
+    return keys.cpu().numpy().astype(np.uint16), top.cpu().numpy().astype("f2")
 
 
 def sequence_page(
@@ -196,11 +197,13 @@ def sequence_page(
     page.header["prediction"] = {"reason": "the views' `scopes` setting is off"}
     if scopes:  # the decomposition carried from the input tokens through every layer
         write_why(page, split.names, why)
+        logits = None
+        if prediction is not None and prediction.head is not None:
+            batch = store.batch(0, index, index + 1, n, device)
+            logits = LogitSplit(weights, store, batch, prediction, ig_steps)
         settings = (ig_steps, top_k, residuals, device)
-        last = add_propagated(page, store, index, weights, model, *settings)
-        add_prediction(
-            page, store, index, weights, last, prediction, ig_steps, residuals, tokenizer
-        )
+        add_propagated(page, store, index, weights, model, *settings, logits)
+        add_prediction(page, logits, residuals, tokenizer)
     page.header["alpha_max_error"] = alpha_error
     page.header["max_rel_residual"] = float(residuals.table()["max_rel"].max()) if scopes else None
     return page
@@ -258,10 +261,10 @@ def why_layer(split, X: torch.Tensor, mask, layer, l: int, residuals):
     return keys, torch.stack(pairs), torch.stack(values)
 
 
-def add_propagated(page, store, index, weights, model, ig_steps, top_k, residuals, device):
+def add_propagated(page, store, index, weights, model, ig_steps, top_k, residuals, device, logits):
     """`Propagated/{l}/key|value`: the top-k input tokens j of ||p_{l, i<-j}|| per token i,
     the split carried from the embeddings (`propagation.propagate`, checked like the mixing
-    family's). Returns the last state's split."""
+    family's). The last state's chunks go to `logits` (a `LogitSplit`, or None)."""
     n = page.header["n"]
     mask = torch.ones(1, n, dtype=torch.long, device=device)
     exact = store.exact
@@ -271,14 +274,18 @@ def add_propagated(page, store, index, weights, model, ig_steps, top_k, residual
             return None
         return torch.from_numpy(store.hidden(l, index, index + 1)[:, :n]).to(device)
 
-    def keep(l, carried):
-        pairs = visible_pairs(mask, weights.causal)
-        keys, values = top_k_rows(contribution_norms(carried, pairs)[0], top_k)
+    def keep(l, split):
+        pairs = visible_pairs(mask, weights.causal).cpu()
+        keys, values = top_k_rows((split.norms * pairs)[0], top_k)
         page.arrays[f"{PROPAGATED}/{l}/key"] = keys
         page.arrays[f"{PROPAGATED}/{l}/value"] = values
 
+    def last(chunk):
+        if logits is not None and chunk.layer == weights.n_layers:
+            logits.add(chunk)
+
     with torch.no_grad():
-        return propagate(
+        propagate(
             model,
             weights,
             state,
@@ -286,30 +293,24 @@ def add_propagated(page, store, index, weights, model, ig_steps, top_k, residual
             ig_steps,
             lambda l, stage, got, want: residuals.add(l, f"{PROPAGATED} {stage}", got, want, mask),
             keep,
+            last,
         )
 
 
 def add_prediction(
-    page: Page,
-    store: HiddenStates,
-    index: int,
-    weights: CanonicalModel,
-    last: Carried,
-    prediction: Prediction | None,
-    ig_steps: int,
-    residuals: ResidualLog,
-    tokenizer,
+    page: Page, logits: LogitSplit | None, residuals: ResidualLog, tokenizer
 ) -> None:
     """`prediction/logit` (and `prediction/contrast`) [P, n] and `header["prediction"]`: the
-    last state's split pushed through the LM head (`maps.prediction.attribute`, checked
-    against the model's logits), or the reason there is none; tokens shown as `piece_labels`."""
-    if prediction is None or prediction.head is None:
+    last state's split pushed through the LM head (`maps.prediction.LogitSplit`, checked
+    against the model's logits), or the reason there is none (`logits` None: no LM head);
+    tokens shown as `piece_labels`."""
+    if logits is None:
         page.header["prediction"] = {"reason": "the model has no LM head"}
         return
     n = page.header["n"]
-    batch = store.batch(0, index, index + 1, n, str(last.parts.device))
+    prediction = logits.prediction
     with torch.no_grad():
-        found = attribute(weights, store, batch, last, prediction, ig_steps, residuals)
+        found = logits.result(residuals)
     if found is None:
         what = "[MASK]" if prediction.mask_token_id is not None else "text piece"
         page.header["prediction"] = {"reason": f"no {what} in this sequence to predict"}
