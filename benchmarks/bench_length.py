@@ -45,16 +45,8 @@ import numpy as np
 SCRIPTS = Path(__file__).resolve().parents[1] / "scripts"
 sys.path.insert(0, str(SCRIPTS))
 
-SMOLLM2 = dict(
-    hidden_size=576,
-    num_attention_heads=9,
-    num_key_value_heads=3,
-    intermediate_size=1536,
-    rope_theta=100000.0,
-    vocab_size=49152,
-    max_position_embeddings=8192,
-    tie_word_embeddings=True,
-)
+from bench_rotary import SMOLLM2  # noqa: E402  (SmolLM2-135M's sizes, one definition)
+
 STEPS = ("extract", "norms", "weights", "rotary", "mixing", "propagate")
 SCALED = ("mixing", "propagate")  # run only up to --mixing-max
 T_MAX = 10  # config.yaml's analyses.position.t_max

@@ -5,35 +5,27 @@ from attnscope.analyses.attend.corpus_pass import corpus_pass
 from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates
 from attnscope.core.tables import not_applicable
-from attnscope.pipeline import runlog
-from attnscope.pipeline.models import open_model
+from attnscope.pipeline.job import Job
 
-log = runlog.start(snakemake)
-params = snakemake.params
-output = snakemake.output
-loaded = open_model(
-    snakemake.input.manifest,
-    snakemake.config["device"],
-    log,
-    hidden_states=snakemake.input.hidden_states,
-    loading=snakemake.config["loading"],
-)
-with HiddenStates(snakemake.input.hidden_states) as store:
+job = Job(snakemake)
+log, params, output = job.log, job.params, job.output
+loaded = job.model()
+with HiddenStates(job.input.hidden_states) as store:
     sums, check = corpus_pass(
         store,
         loaded.weights,
         loaded.model,
         sequences=params.sequences,
         device=loaded.device,
-        max_rel_residual=snakemake.config["analyses"]["attend"]["max_rel_residual"],  # a bound
+        max_rel_residual=job.bound("attend"),
         log=log,
     )
 write_table(sums.lift_table(params.top_k, classes=False), output.lift)
 write_table(sums.lift_table(params.top_k, classes=True), output.key_classes)
-rotary = any(layer.rotary is not None for layer in loaded.weights.layers)
+rotary = any(layer.rotary is not None for layer in loaded.weights.outline)  # no layer read
 write_table(sums.band_table() if rotary else not_applicable("no rotary embedding"), output.bands)
 learned = bool(sums.trt)  # the split has embed.position: learned absolute positions
 trt = sums.trt_table() if learned else not_applicable("no learned position embeddings")
 write_table(trt, output.trt_terms)
 write_table(check, output.decomposition_check)
-log.info("wrote the attend tables of %s", snakemake.wildcards.model)
+log.info("wrote the attend tables of %s", job.wildcards.model)

@@ -7,28 +7,19 @@ from attnscope.analyses.mixing.depth_pass import depth_pass
 from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates, atomic_h5, open_store
 from attnscope.maps.prediction import Prediction
-from attnscope.pipeline import runlog
-from attnscope.pipeline.models import open_model
+from attnscope.pipeline.job import Job
 
-log = runlog.start(snakemake)
-params = snakemake.params
-output = snakemake.output
-loaded = open_model(
-    snakemake.input.manifest,
-    snakemake.config["device"],
-    log,
-    hidden_states=snakemake.input.hidden_states,
-    with_head=True,
-    loading=snakemake.config["loading"],
-)
+job = Job(snakemake)
+log, params, output = job.log, job.params, job.output
+loaded = job.model(with_head=True)
 tokenizer = AutoTokenizer.from_pretrained(loaded.manifest["path"])
 prediction = Prediction.of(
     loaded.head, loaded.manifest, tokenizer, params.contrast, loaded.whole_model
 )
 log.info("prediction head: %s", "none" if prediction.head is None else loaded.manifest["lm_head"])
 with (
-    HiddenStates(snakemake.input.hidden_states) as store,
-    open_store(snakemake.input.maps, "mixing_compute") as layer_maps,
+    HiddenStates(job.input.hidden_states) as store,
+    open_store(job.input.maps, "mixing_compute") as layer_maps,
     atomic_h5(output.propagated) as propagated,
 ):
     result = depth_pass(
@@ -41,12 +32,12 @@ with (
         batch_size=params.batch_size,
         device=loaded.device,
         ig_steps=params.ig_steps,
-        max_rel_residual=snakemake.config["analyses"]["mixing"]["max_rel_residual"],
+        max_rel_residual=job.bound("mixing"),
         maps_dtype=params.maps_dtype,
         maps_top_k=params.propagated_top_k,
         rollout_scopes=tuple(params.rollout_scopes),
         log=log,
-        memory_budget_mb=snakemake.config["memory_budget_mb"],
+        memory_budget_mb=job.config["memory_budget_mb"],  # working memory: same tables
     )
 write_table(result.mixing, output.propagated_mixing)
 write_table(result.rollout, output.rollout)

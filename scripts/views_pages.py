@@ -7,27 +7,19 @@ from attnscope.analyses.views.payload import sequence_page
 from attnscope.core.files import atomic_folder
 from attnscope.core.store import HiddenStates
 from attnscope.maps.prediction import Prediction
-from attnscope.pipeline import runlog
-from attnscope.pipeline.models import open_model
+from attnscope.pipeline.job import Job
 
-log = runlog.start(snakemake)
-params = snakemake.params
-model_name, corpus = snakemake.wildcards.model, snakemake.wildcards.corpus
-loaded = open_model(
-    snakemake.input.manifest,
-    snakemake.config["device"],
-    log,
-    hidden_states=snakemake.input.hidden_states,
-    with_head=params.scopes,  # the prediction row comes with the propagated scope
-    loading=snakemake.config["loading"],
-)
+job = Job(snakemake)
+log, params = job.log, job.params
+model_name, corpus = job.wildcards.model, job.wildcards.corpus
+loaded = job.model(with_head=params.scopes)  # the prediction row comes with the scopes
 tokenizer = AutoTokenizer.from_pretrained(loaded.manifest["path"])
 prediction = Prediction.of(
     loaded.head, loaded.manifest, tokenizer, params.contrast, loaded.whole_model
 )
 with (
-    HiddenStates(snakemake.input.hidden_states) as store,
-    atomic_folder(snakemake.output[0]) as out,
+    HiddenStates(job.input.hidden_states) as store,
+    atomic_folder(job.output[0]) as out,
 ):
     chosen = params.sequences
     if chosen is None:
@@ -49,7 +41,7 @@ with (
             scopes=params.scopes,
             ig_steps=params.ig_steps,
             top_k=params.top_k,
-            max_rel_residual=snakemake.config["analyses"]["mixing"]["max_rel_residual"],  # a bound
+            max_rel_residual=job.bound("mixing"),
             device=loaded.device,
             log=log,
             prediction=prediction,
@@ -70,4 +62,4 @@ with (
         log.info("%s: %d pieces, %.2f MB", file, page.header["n"], entries[-1]["bytes"] / 1e6)
     index_html = render_index(f"attnscope views: {model_name} / {corpus}", entries)
     (out / "index.html").write_text(index_html, encoding="utf-8")
-log.info("wrote %d pages to %s", len(entries), snakemake.output[0])
+log.info("wrote %d pages to %s", len(entries), job.output[0])
