@@ -15,13 +15,24 @@ import yaml
 ROOT = Path(__file__).parents[1]
 SNAKEMAKE = Path(sys.executable).parent / "snakemake"
 
-# Rules whose script runs the model on the configured device (config["device"], read by the
-# script or by `shards.sharded_analysis` for the per-layer analyses); the others
-# (position_embeddings, position_svd) read weights on the CPU.
+
+def runs_the_model_on_the_device(script: str) -> bool:
+    """Whether a rule script runs the model on the configured device: through `job.model()`
+    (not `job.model(on_cpu=True)`, which reads weights only), `shards.sharded_analysis`, or
+    reading config["device"] itself."""
+    on_device = script.replace("job.model(on_cpu=True", "")
+    return any(
+        call in on_device
+        for call in ("job.model(", "sharded_analysis(", 'snakemake.config["device"]')
+    )
+
+
+# Rules whose script runs the model on the configured device; the others (position_embeddings,
+# position_svd) read weights on the CPU.
 MODEL_RULES = {
     path.stem
     for path in (ROOT / "scripts").glob("*.py")
-    if 'snakemake.config["device"]' in path.read_text() or "sharded_analysis(" in path.read_text()
+    if runs_the_model_on_the_device(path.read_text())
 }
 
 
