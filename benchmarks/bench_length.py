@@ -7,8 +7,11 @@ runs once on 16 pieces (a warm-up), the layer inputs are computed, the peak RSS 
 (/proc/self/clear_refs), then the step runs; the process reports the step's wall time, the
 RSS when it started (`base`: the model and the states) and its peak RSS (VmHWM). The growth
 exponents a (time ~ n^a) and b (peak above base ~ n^b) are least-squares slopes over the
-lengths run (at least two). Timings on a machine shared with other work vary by tens of
-per cent: state the load with any figure.
+lengths run (at least two); b is also fitted over the lengths whose peak above base is at least
+NOISE_MIB only (below it the allocator's own noise decides the figure). The column `maps`
+is the peak above base in units of one layer's attention weights [H, n, n] in float32: a
+step whose memory grows no faster than the maps keeps it flat. Timings on a machine shared
+with other work vary by tens of per cent: state the load with any figure.
 
 steps    extract   the model's own forward, every residual state (`residual_states`)
          norms     per layer: alpha, f(x), the attention output and the head-summed norm map
@@ -50,6 +53,7 @@ from bench_rotary import SMOLLM2  # noqa: E402  (SmolLM2-135M's sizes, one defin
 STEPS = ("extract", "norms", "weights", "rotary", "mixing", "propagate")
 SCALED = ("mixing", "propagate")  # run only up to --mixing-max
 T_MAX = 10  # config.yaml's analyses.position.t_max
+NOISE_MIB = 64  # peaks above base below this are the allocator's noise
 
 
 def status_mib(field: str) -> float:
@@ -178,7 +182,8 @@ def main() -> None:
         return
     what = "SmolLM2-shaped" if smollm2 else f"width {args.width}, {args.heads} heads, FF {args.ff}"
     print(f"random {what} Llama, {args.layers} layers, one sequence per n, CPU")
-    print(f"{'step':8} {'n':>5} {'seconds':>9} {'base MiB':>9} {'peak MiB':>9} {'above':>7}")
+    header = f"{'step':8} {'n':>5} {'seconds':>9} {'base MiB':>9} {'peak MiB':>9} {'above':>7}"
+    print(header + f" {'maps':>6}")
     found: dict[str, list[dict]] = {}
     for step in args.steps:
         for n in args.lengths:
@@ -196,9 +201,10 @@ def main() -> None:
             row = json.loads(done.stdout.strip().splitlines()[-1])
             found.setdefault(step, []).append(row)
             above = row["peak"] - row["base"]
+            maps = above / (args.heads * n * n * 4 / 2**20)
             print(
                 f"{step:8} {n:>5} {row['seconds']:>9.2f} {row['base']:>9.0f} "
-                f"{row['peak']:>9.0f} {above:>7.0f}",
+                f"{row['peak']:>9.0f} {above:>7.0f} {maps:>6.2f}",
                 flush=True,
             )
     print("\ngrowth exponents over the lengths run: time ~ n^a, peak above base ~ n^b")
@@ -206,7 +212,13 @@ def main() -> None:
         lengths = [r["n"] for r in rows]
         a = slope(lengths, [r["seconds"] for r in rows])
         b = slope(lengths, [r["peak"] - r["base"] for r in rows])
-        print(f"{step:8} a = {a:.2f}  b = {b:.2f}  (n = {', '.join(map(str, lengths))})")
+        above = [(r["n"], r["peak"] - r["base"]) for r in rows]
+        above = [(n, mib) for n, mib in above if mib >= NOISE_MIB]
+        b_above = slope([n for n, _ in above], [mib for _, mib in above])
+        print(
+            f"{step:8} a = {a:.2f}  b = {b:.2f}  (n = {', '.join(map(str, lengths))}); "
+            f"b = {b_above:.2f} over n = {', '.join(str(n) for n, _ in above)} (>= {NOISE_MIB} MiB)"
+        )
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """Copy a data file from the mirror or download it, and verify its SHA-256."""
 
 from attnscope.data.datasets import acquire
-from attnscope.pipeline import runlog
+from attnscope.pipeline.job import Job
 
-log = runlog.start(snakemake)
-origin = acquire(snakemake.params.relpath, snakemake.output[0], snakemake.config["mirror"])
-log.info("%s from %s: SHA-256 verified", snakemake.params.relpath, origin)
+job = Job(snakemake)
+origin = acquire(job.params.relpath, job.output[0], job.config["mirror"])
+job.log.info("%s from %s: SHA-256 verified", job.params.relpath, origin)

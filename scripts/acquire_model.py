@@ -1,19 +1,15 @@
 """Resolve a configured model to a local folder and write its manifest."""
 
-from attnscope.pipeline import runlog
+from attnscope.pipeline.job import Job
 from attnscope.pipeline.models import build_manifest, write_manifest
 
-log = runlog.start(snakemake)
-manifest = build_manifest(
-    snakemake.wildcards.model,
-    snakemake.params.spec,
-    mirror=snakemake.config["mirror"],
-)
-log.info(
+job = Job(snakemake)
+manifest = build_manifest(job.wildcards.model, job.params.spec, mirror=job.config["mirror"])
+job.log.info(
     "model %s: %s %s at %s",
     manifest["name"],
     manifest["id"],
     manifest["revision"],
     manifest["path"],
 )
-write_manifest(snakemake.output[0], manifest)
+write_manifest(job.output[0], manifest)

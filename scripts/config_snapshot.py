@@ -2,8 +2,8 @@
 
 import yaml
 
-from attnscope.pipeline import runlog
+from attnscope.pipeline.job import Job
 
-log = runlog.start(snakemake)
-with open(snakemake.output[0], "w") as f:
-    yaml.safe_dump(dict(snakemake.params.config), f, sort_keys=False)
+job = Job(snakemake)
+with open(job.output[0], "w") as f:
+    yaml.safe_dump(dict(job.params.config), f, sort_keys=False)

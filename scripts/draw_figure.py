@@ -7,10 +7,10 @@ import pandas as pd
 
 from attnscope.core.plotting import save_figure, status_figure
 from attnscope.core.tables import is_not_applicable
-from attnscope.pipeline import runlog
+from attnscope.pipeline.job import Job
 
-log = runlog.start(snakemake)
-params = snakemake.params  # family, figure, settings (rules/figures.smk)
+job = Job(snakemake)
+params = job.params  # family, figure, settings (rules/figures.smk)
 
 
 def read(paths):
@@ -21,12 +21,12 @@ def read(paths):
 
 
 plots = importlib.import_module(f"attnscope.analyses.{params.family}.plots")
-tables = {name: read(paths) for name, paths in snakemake.input.items()}
+tables = {name: read(paths) for name, paths in job.input.items()}
 single = [table for table in tables.values() if isinstance(table, pd.DataFrame)]
 skipped = next((table for table in single if is_not_applicable(table)), None)
 if skipped is not None:  # e.g. a learned-position analysis of a rotary model
     drawn = status_figure(skipped["status"].iloc[0], params.settings["title"])
 else:
     drawn = getattr(plots, params.figure)(**tables, **params.settings)
-save_figure(drawn, snakemake.output.svg, snakemake.output.png)
-log.info("drew %s / %s", params.family, params.figure)
+save_figure(drawn, job.output.svg, job.output.png)
+job.log.info("drew %s / %s", params.family, params.figure)

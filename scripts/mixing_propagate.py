@@ -1,8 +1,6 @@
 """The decomposition carried from the input tokens through the whole depth, rollout baselines
 and the prediction's attribution, of one model on one corpus."""
 
-from transformers import AutoTokenizer
-
 from attnscope.analyses.mixing.depth_pass import depth_pass
 from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates, atomic_h5, open_store
@@ -12,7 +10,7 @@ from attnscope.pipeline.job import Job
 job = Job(snakemake)
 log, params, output = job.log, job.params, job.output
 loaded = job.model(with_head=True)
-tokenizer = AutoTokenizer.from_pretrained(loaded.manifest["path"])
+tokenizer = job.tokenizer()
 prediction = Prediction.of(
     loaded.head, loaded.manifest, tokenizer, params.contrast, loaded.whole_model
 )

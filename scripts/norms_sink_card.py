@@ -7,7 +7,6 @@ from pathlib import Path
 
 import h5py
 import pandas as pd
-from transformers import AutoTokenizer
 
 from attnscope.analyses.norms.massive_activations import massive_dimensions
 from attnscope.analyses.norms.massive_intervention import massive_intervention
@@ -29,7 +28,7 @@ job = Job(snakemake)
 log, params, output = job.log, job.params, job.output
 loaded = job.model(with_head=True)
 weights, device, batch_size = loaded.weights, loaded.device, params.batch_size
-tokenizer = AutoTokenizer.from_pretrained(loaded.manifest["path"])
+tokenizer = job.tokenizer()
 with HiddenStates(job.input.hidden_states) as store:
     limit = params.sink_sequences or len(store.lengths)
     found = sink_attention(store, weights, params.sink_positions, batch_size, device, limit)

@@ -4,12 +4,12 @@ import pandas as pd
 
 from attnscope.analyses.position.diagonals import cluster_profiles
 from attnscope.core.files import write_table
-from attnscope.pipeline import runlog
+from attnscope.pipeline.job import Job
 
-log = runlog.start(snakemake)
-params = snakemake.params
-trt = pd.read_csv(snakemake.input.trt, sep="\t")
+job = Job(snakemake)
+params = job.params
+trt = pd.read_csv(job.input.trt, sep="\t")
 shares, centres = cluster_profiles(trt, params.n_clusters, params.seed)
-log.info("%d vectors in %d clusters", len(trt) // trt["t"].nunique(), centres["cluster"].max())
-write_table(shares, snakemake.output.shares)
-write_table(centres, snakemake.output.centres)
+job.log.info("%d vectors in %d clusters", len(trt) // trt["t"].nunique(), centres["cluster"].max())
+write_table(shares, job.output.shares)
+write_table(centres, job.output.centres)

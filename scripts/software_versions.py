@@ -7,9 +7,9 @@ import sys
 import pandas as pd
 
 from attnscope.core.files import write_table
-from attnscope.pipeline import runlog
+from attnscope.pipeline.job import Job
 
-log = runlog.start(snakemake)
+job = Job(snakemake)
 rows = [{"package": "python", "version": sys.version.split()[0]}]
 rows.append({"package": "platform", "version": platform.platform()})
 rows += sorted(
@@ -19,5 +19,5 @@ rows += sorted(
     ),
     key=lambda row: row["package"].lower(),
 )
-write_table(pd.DataFrame(rows).drop_duplicates("package"), snakemake.output[0])
-log.info("%d packages", len(rows))
+write_table(pd.DataFrame(rows).drop_duplicates("package"), job.output[0])
+job.log.info("%d packages", len(rows))

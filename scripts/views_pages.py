@@ -1,7 +1,5 @@
 """Self-contained HTML views (head, model, neuron) of chosen sequences of one corpus."""
 
-from transformers import AutoTokenizer
-
 from attnscope.analyses.views.page import render_index, render_page
 from attnscope.analyses.views.payload import sequence_page
 from attnscope.core.files import atomic_folder
@@ -13,7 +11,7 @@ job = Job(snakemake)
 log, params = job.log, job.params
 model_name, corpus = job.wildcards.model, job.wildcards.corpus
 loaded = job.model(with_head=params.scopes)  # the prediction row comes with the scopes
-tokenizer = AutoTokenizer.from_pretrained(loaded.manifest["path"])
+tokenizer = job.tokenizer()
 prediction = Prediction.of(
     loaded.head, loaded.manifest, tokenizer, params.contrast, loaded.whole_model
 )

@@ -4,6 +4,8 @@ hand-built known answers, and agreement with maps taken straight from `transform
 import json
 import math
 import runpy
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -28,10 +30,18 @@ from attnscope.analyses.weights.outputs import FAMILY as WEIGHTS
 from attnscope.analyses.weights.statistics import (
     HEAD_STATISTICS,
     attention_statistics,
+    row_entropy,
     sequence_statistics,
 )
 from attnscope.architectures import architecture, canonical_weights
-from attnscope.core.attention import attention_output, attention_probs, feed_forward, value_vectors
+from attnscope.core.attention import (
+    additive_mask,
+    attention_output,
+    attention_probs,
+    attention_scores,
+    feed_forward,
+    value_vectors,
+)
 from attnscope.core.checks import NonFiniteError
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CLS, OTHER, PAD, PUNCT, SEP
@@ -69,6 +79,26 @@ def normalise(weights, mask, causal):
 
 
 # ---------------------------------------------------------------- known answers by hand
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_one_head_at_a_time_equals_the_whole_tensor_bit_for_bit(family, dtype):
+    """attention_probs (without autograd) and row_entropy work one head at a time so that no
+    second [B, H, n, n] exists; every value equals the whole-tensor formulas exactly."""
+    model = tiny_model(family).to(dtype)
+    layer = canonical_weights(model).layers[0]
+    mask, _ = ragged([9, 7, 4], 9)
+    X = torch.randn(3, 9, model.config.hidden_size, dtype=dtype)
+    with torch.no_grad():
+        alpha = attention_probs(X, mask, layer)
+        scores = attention_scores(X, layer)
+        scores = scores + additive_mask(mask, layer.causal, scores.dtype, layer.sliding_window)
+        assert torch.equal(alpha, torch.softmax(scores, dim=-1))
+    shown = visible(mask, layer.causal)
+    k = shown.sum(-1, keepdim=True).clamp_min(1)[:, None].to(dtype)
+    p = torch.add(0.001 / k, alpha, alpha=1 - 0.001).masked_fill(~shown[:, None], 1.0)
+    assert torch.equal(row_entropy(alpha, shown, 0.001), -(torch.log(p) * p).sum(-1))
 
 
 @pytest.mark.parametrize("causal", [False, True])
@@ -426,6 +456,37 @@ def run_script(name, inputs, outputs, device="cpu", **params):
     runpy.run_path(str(SCRIPTS / f"{name}.py"), init_globals={"snakemake": snakemake})
 
 
+WITHOUT_TORCH = """
+import json, runpy, sys
+from types import SimpleNamespace
+from snakemake.iocontainers import Namedlist
+
+
+class NoTorch:  # as in envs/plots.yaml, which has no torch: importing it fails
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "torch":
+            raise ImportError("no torch here")
+
+
+sys.meta_path.insert(0, NoTorch())
+script, inputs, outputs, params = json.loads(sys.argv[1])
+snakemake = SimpleNamespace(
+    input=Namedlist(fromdict=inputs), output=Namedlist(fromdict=outputs),
+    params=SimpleNamespace(**params), wildcards=Namedlist(fromdict={}), config={}, log=[],
+    rule="draw_figure",
+)
+runpy.run_path(script, init_globals={"snakemake": snakemake})
+"""
+
+
+def run_script_without_torch(name, inputs, outputs, **params):
+    """`run_script` in a fresh process in which `import torch` fails (the figure rules' env)."""
+    files = [{k: str(v) for k, v in paths.items()} for paths in (inputs, outputs)]
+    argument = json.dumps([str(SCRIPTS / f"{name}.py"), *files, params])
+    done = subprocess.run([sys.executable, "-c", WITHOUT_TORCH, argument], capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+
+
 @pytest.mark.parametrize("family_name", ["bert", "gpt2"])
 def test_entry_scripts_write_tables_and_figures(tmp_path, family_name):
     store, model, manifest = write_tiny_model_run(tmp_path, family_name, batch=4, length=12)
@@ -463,9 +524,8 @@ def test_entry_scripts_write_tables_and_figures(tmp_path, family_name):
         drawn = {suffix: out / "figures" / f"{figure.name}.{suffix}" for suffix in ("svg", "png")}
         inputs = {file.split(".")[0]: out / file for file in figure.tables}
         settings = {"title": "tiny"}
-        run_script(
-            "draw_figure", inputs, drawn, family="weights", figure=figure.name, settings=settings
-        )
+        params = dict(family="weights", figure=figure.name, settings=settings)
+        run_script_without_torch("draw_figure", inputs, drawn, **params)
         for path in drawn.values():
             assert path.stat().st_size > 1000, path
     assert math.isfinite(heads["entropy"].sum())

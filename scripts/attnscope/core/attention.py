@@ -87,7 +87,7 @@ def attention_scores(X: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
     """The logits before the mask: q_i k_j^T * scale, soft-capped where the model caps.
     [B, H, n, n]"""
     q, k = queries_keys(X, layer)
-    scores = torch.einsum("bhie,bhje->bhij", q, k) * layer.scale
+    scores = torch.einsum("bhie,bhje->bhij", q, k).mul_(layer.scale)
     if layer.softcap is not None:
         scores = torch.tanh(scores / layer.softcap) * layer.softcap
     return scores
@@ -97,10 +97,16 @@ def attention_probs(X: torch.Tensor, mask: torch.Tensor, layer: CanonicalLayer) 
     """alpha^h_ij = softmax_j(scores_ij) over visible keys.  [B, H, n, n]
 
     Rows of padding queries are defined but meaningless; ignore them with `mask`.
+    Without autograd the softmax overwrites the scores one head at a time, so the only
+    [B, H, n, n] tensor is alpha itself (one head's [B, n, n] beside it).
     """
     scores = attention_scores(X, layer)
-    scores = scores + additive_mask(mask, layer.causal, scores.dtype, layer.sliding_window)
-    return torch.softmax(scores, dim=-1)
+    scores += additive_mask(mask, layer.causal, scores.dtype, layer.sliding_window)
+    if torch.is_grad_enabled():
+        return torch.softmax(scores, dim=-1)
+    for h in range(scores.shape[1]):
+        scores[:, h] = torch.softmax(scores[:, h], dim=-1)
+    return scores
 
 
 def value_vectors(X: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:

@@ -1,15 +1,23 @@
 """One rule job as its script sees it: `job = Job(snakemake)` sets up the process and holds
 the job's files, params, settings and log; `job.model()` opens the job's model the way the
 configuration says (device, loading route), checked against the hidden states the job reads.
+Every rule script starts with it, the figure rules' too: importing it needs no torch (their
+environment, envs/plots.yaml, has none).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cached_property
 
 from attnscope.pipeline import runlog
-from attnscope.pipeline.models import LoadedModel, open_model
+from attnscope.pipeline.models import (
+    LoadedModel,
+    check_model_unchanged,
+    open_model,
+    read_manifest,
+)
 
 
 class Job:
@@ -38,6 +46,20 @@ class Job:
             loading=self.config["loading"],
             dtype=dtype,
         )
+
+    @cached_property
+    def manifest(self) -> dict:
+        """The manifest of the job's `manifest` input; refused (ModelChangedError) when the
+        model's files changed since it was written."""
+        manifest = read_manifest(self.input.manifest)
+        check_model_unchanged(manifest, self.input.manifest)
+        return manifest
+
+    def tokenizer(self):
+        """The tokenizer of the job's model (`manifest`)."""
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(self.manifest["path"])
 
     def bound(self, family: str) -> float:
         """The family's `max_rel_residual`, read from the configuration and not from params,

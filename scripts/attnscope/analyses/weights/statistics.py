@@ -63,11 +63,16 @@ def row_entropy(alpha: torch.Tensor, visible: torch.Tensor, smoothing: float) ->
     """Entropy in nats of every row smoothed as (1 - s) * a + s / k over its k visible keys.
 
     alpha [B, H, n, n], visible [B, n, n] -> [B, H, n] (0 for rows with no visible key).
+    One head at a time: the temporaries are [B, n, n], not a copy of alpha.
     """
-    k = visible.sum(-1, keepdim=True).clamp_min(1)[:, None].to(alpha.dtype)
-    p = torch.add(smoothing / k, alpha, alpha=1 - smoothing)
-    p.masked_fill_(~visible[:, None], 1.0)  # 1 log 1 = 0 off the visible keys
-    return -torch.log(p).mul_(p).sum(-1)
+    k = visible.sum(-1, keepdim=True).clamp_min(1).to(alpha.dtype)  # [B, n, 1]
+    hidden = ~visible
+    entropy = alpha.new_empty(alpha.shape[:-1])
+    for h in range(alpha.shape[1]):
+        p = torch.add(smoothing / k, alpha[:, h], alpha=1 - smoothing)
+        p.masked_fill_(hidden, 1.0)  # 1 log 1 = 0 off the visible keys
+        entropy[:, h] = -torch.log(p).mul_(p).sum(-1)
+    return entropy
 
 
 def _row_mean(values: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
