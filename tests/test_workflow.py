@@ -651,9 +651,13 @@ def test_disk_estimate_bounds_the_states_and_sizes_the_maps_exactly(tiny_run):
 def test_a_run_larger_than_the_disk_stops_before_any_job(tmp_path, tiny_model_dir):
     config = small_config({"tiny": {"source": "path", "path": str(tiny_model_dir)}})
     config["corpora"]["wiki"]["n_sequences"] = 10**10
+    config["batch_size"] = 10**6  # 10^6 x 4 heads x 48^2 x 4 bytes: 37 GB of attention
     result = snakemake(tmp_path, config)
     text = result.stdout + result.stderr
     assert result.returncode != 0
+    # the memory estimate comes first and warns; the disk estimate stops the run
+    assert "memory estimate (working memory beside the model's weights" in text
+    assert "tiny/wiki: extract_hidden_states about " in text and "MORE than the" in text
     # 3 states x 10^10 x 48 x 32 x 4 bytes; the norm maps 2 layers x 10^10 x 48^2 x 4 bytes
     assert "results/tiny/wiki/hidden_states.h5: 184320.00 GB" in text, text[-3000:]
     assert "results/tiny/wiki/norms/attn_n_maps.h5: 184320.00 GB" in text

@@ -75,4 +75,4 @@ def layer_scope_maps(
         if scope == "AttnResLnFf":
             residuals.add(l + 1, COMPLETENESS, totals[scope], totals[COMPLETENESS], mask)
     keep = layer_visible_pairs(mask, layer)  # padding rows and keys are invisible too
-    return {scope: maps[scope] * keep for scope in SCOPES}
+    return {scope: maps[scope].mul_(keep) for scope in SCOPES}  # in place: no second set
