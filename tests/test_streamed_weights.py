@@ -22,7 +22,7 @@ from attnscope.analyses.weights.head_distances import (
     head_distances_by_layer,
 )
 from attnscope.analyses.weights.statistics import attention_statistics
-from attnscope.architectures import canonical_weights
+from attnscope.architectures import ModelLayer, canonical_weights
 from attnscope.core.store import HiddenStates
 from attnscope.pipeline.models import open_model
 from attnscope.pipeline.streamed_weights import KEEP
@@ -167,6 +167,23 @@ def datasets(path: Path) -> dict[str, np.ndarray]:
     return found
 
 
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_a_layer_handle_runs_its_own_module_layer_whatever_was_read_since(tmp_path, family):
+    """`ModelLayer(model, weights, 0).attention_output` after layer 1 was read (which unloads
+    layer 0's module on the layer-streamed route) equals the whole model's layer-0 output."""
+    store, model, manifest = write_tiny_model_run(tmp_path, family)
+    loaded = open_model(manifest, loading="layer-streamed")
+    first = ModelLayer(loaded.model, loaded.weights, 0)
+    loaded.weights.layers[1]  # another layer read: layer 0's module goes back to meta
+    with HiddenStates(store) as states:
+        batch = next(states.batches(0, 3, "cpu"))
+    with torch.no_grad():
+        got = first.attention_output(batch.X, batch.mask)
+        want = ModelLayer(model, canonical_weights(model), 0).attention_output(batch.X, batch.mask)
+    assert got.device.type == "cpu"
+    torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+
+
 def test_at_most_keep_layers_are_held(tmp_path):
     """While the mixing analysis walks 4 layers (reading the next layer's norm too), only the
     layer being read holds real matrices at each load."""
@@ -199,7 +216,7 @@ if sys.argv[4] == "streamed":
     from attnscope.pipeline.streamed_weights import streamed_model
     model, weights = streamed_model(sys.argv[1])
 else:
-    from attnscope.architectures import canonical_weights, load_model
+    from attnscope.architectures import ModelLayer, canonical_weights, load_model
     model = load_model(sys.argv[1])
     weights = canonical_weights(model)
 with HiddenStates(sys.argv[2]) as store, h5py.File(sys.argv[3] + "-norms.h5", "w") as maps:

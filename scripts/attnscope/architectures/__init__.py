@@ -56,6 +56,25 @@ def canonical_layer(model, index: int) -> CanonicalLayer:
     return architecture(model.config.model_type).canonical_layer(model, index)
 
 
+class ModelLayer:
+    """Layer `index` (0-based) of a model as the analyses read it: `weights`, its canonical
+    form, and `attention_output`, the module's own attention block, which every
+    decomposition is checked against. On the layer-streamed route (`streamed_weights`) reading
+    a layer's canonical form loads its module and unloads the layer read before; the handle
+    reads its layer again before running the module, so its output is the layer's whatever
+    was read since (a no-op where the layer is loaded)."""
+
+    def __init__(self, model, weights: CanonicalModel, index: int):
+        self.model, self.index, self.layers = model, index, weights.layers
+        self.weights: CanonicalLayer = weights.layers[index]
+        self.architecture = architecture(model.config.model_type)
+
+    def attention_output(self, X, mask):
+        """The module's attention output for layer inputs X [B, n, d], mask [B, n].  [B, n, d]"""
+        self.layers[self.index]  # loads the module's layer where another was read since
+        return self.architecture.attention_output(self.model, self.index, X, mask)
+
+
 def prediction_head(model):
     """The `PredictionHead` of a model loaded with its LM head (`load_model(head=...)`), or
     None for a bare model."""

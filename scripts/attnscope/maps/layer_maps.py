@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import torch
 
-from attnscope.architectures import architecture
+from attnscope.architectures import ModelLayer
 from attnscope.core.attention import attention_probs, layer_visible_pairs
 from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
@@ -48,9 +48,10 @@ def layer_scope_maps(
     rebuilt output is checked against the real module output (`residuals` raises above its
     bound). Invisible pairs and padding rows are 0.
     """
-    layer = weights.layers[l]
+    handle = ModelLayer(model, weights, l)
+    layer = handle.weights
     closing = closing_layer_norm(weights.outline, weights.final_ln, l)
-    y = architecture(model.config.model_type).attention_output(model, l, X, mask)
+    y = handle.attention_output(X, mask)
     reference = reference_outputs(X, y, layer, closing, X_next)
     memo = {"alpha": attention_probs(X, mask, layer)}
     maps = weight_maps(memo["alpha"])

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 
 import torch
 
-from attnscope.architectures import architecture
+from attnscope.architectures import ModelLayer
 from attnscope.core.canonical import CanonicalModel, cast
 from attnscope.maps.layer_decomposition import (
     MEMORY_BUDGET_MB,
@@ -182,7 +182,6 @@ def propagate(
     `on_layer(l, split)` (1-based) each layer's assembled split, in layer order, once the last
     chunk is through that layer.
     """
-    arch = architecture(model.config.model_type)
     X0 = state(0)
     B, n, d = X0.shape
     width = source_chunk(B, n, d, memory_budget_mb)
@@ -192,7 +191,9 @@ def propagate(
         last = sources.stop == n
         whole = X0.to(CARRY_DTYPE)
         carried = token_split(whole, sources)
-        for index, layer in enumerate(weights.layers):
+        for index in range(weights.n_layers):
+            handle = ModelLayer(model, weights, index)
+            layer = handle.weights
             X = state(index)
             X = whole.to(X0.dtype) if X is None else X
             X64 = X.to(CARRY_DTYPE)
@@ -242,7 +243,7 @@ def propagate(
             assembly.add_state(chunk)
             pending[index] = None if last else assembly
             if last:
-                _finish(arch, model, index, layer, closing, X, state, mask, assembly, extra, check)
+                _finish(handle, closing, X, state, mask, assembly, extra, check)
                 if on_layer is not None:
                     split = LayerSplit(
                         assembly.norms, assembly.sums[wanted], assembly.others, assembly.bias
@@ -250,10 +251,11 @@ def propagate(
                     on_layer(index + 1, split)
 
 
-def _finish(arch, model, index, layer, closing, X, state, mask, assembly, extra, check) -> None:
-    """Check every stage's sum over the chunks of layer `index` against the module."""
-    y = arch.attention_output(model, index, X, mask)
-    reference = reference_outputs(X, y, layer, closing, state(index + 1))
+def _finish(handle, closing, X, state, mask, assembly, extra, check) -> None:
+    """Check every stage's sum over the chunks of layer `handle.index` against the module."""
+    index = handle.index
+    y = handle.attention_output(X, mask)
+    reference = reference_outputs(X, y, handle.weights, closing, state(index + 1))
     for scope in VECTOR_SCOPES:
         check(index + 1, scope, assembly.sums[scope], reference[scope])
         if scope == "AttnResLnFf":

@@ -18,7 +18,7 @@ import torch
 
 from attnscope.analyses.norms.sinks import sink_rows
 from attnscope.analyses.norms.statistics import NormsAccumulator
-from attnscope.architectures import architecture
+from attnscope.architectures import ModelLayer
 from attnscope.core.attention import (
     attention_input,
     attention_output,
@@ -68,18 +68,18 @@ def corpus_pass(
     maps.attrs["description"] = "||sum_h alpha^h_ij f^h(x_j)||; maps/{layer} [seq, query i, key j]"
     maps.attrs["layers"] = "1-based"
     N, L = store.n_sequences, store.length
-    module_output = architecture(model.config.model_type).attention_output
     residuals = ResidualLog(max_rel_residual, log, "norms")
     layers = range(weights.n_layers) if layers is None else layers
     for l in layers:
-        layer = weights.layers[l]
+        handle = ModelLayer(model, weights, l)
+        layer = handle.weights
         dataset = MapDataset(maps, f"maps/{l + 1}", N, L, maps_dtype, maps_top_k)
         for batch in store.batches(l, batch_size, device):
             with torch.no_grad():
                 alpha = attention_probs(batch.X, batch.mask, layer)
                 fx = value_vectors(batch.X, layer)
                 y = attention_output(alpha, fx, layer)
-                y_real = module_output(model, l, batch.X, batch.mask)
+                y_real = handle.attention_output(batch.X, batch.mask)
                 residuals.add(l + 1, "Attn", y, y_real, batch.mask)
                 x = attention_input(batch.X, layer)
                 acc.add_batch(l, x, alpha, fx, batch.mask, batch.category, layer.causal)
