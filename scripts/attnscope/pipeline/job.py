@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import cached_property
 
 from attnscope.pipeline import runlog
-from attnscope.pipeline.models import LoadedModel, open_model
+from attnscope.pipeline.models import LoadedModel, open_model, read_manifest
 
 
 class Job:
@@ -21,6 +22,11 @@ class Job:
         self.input, self.output = snakemake.input, snakemake.output
         self.params, self.wildcards = snakemake.params, snakemake.wildcards
         self.config = snakemake.config
+
+    @cached_property
+    def manifest(self) -> dict:
+        """The manifest of the job's model (`models.build_manifest`), read without loading it."""
+        return read_manifest(self.input.manifest)
 
     def model(
         self, *, with_head: bool = False, on_cpu: bool = False, dtype: str = "float32"
