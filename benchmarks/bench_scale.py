@@ -179,6 +179,7 @@ def write_corpus(path: Path, vocab: int, sequences: int, length: int) -> None:
 
 RUN = """
 import json, sys, time
+from functools import partial
 sys.path.insert(0, {scripts!r})
 import h5py, torch
 from transformers import AutoModel, AutoModelForCausalLM
@@ -189,7 +190,7 @@ from attnscope.architectures import canonical_weights, prediction_head
 from attnscope.core.store import HiddenStates
 from attnscope.pipeline import runlog
 from attnscope.pipeline.extract import extract, extract_streamed
-from attnscope.maps.prediction import Prediction
+from attnscope.maps.prediction import Prediction, model_logits, stored_logits
 from attnscope.pipeline.streamed_weights import streamed_head, streamed_model
 folder, encoded, states, step, route, device, compute = sys.argv[1:8]
 layers = json.loads(sys.argv[8])  # all, or 1-based layers
@@ -206,17 +207,19 @@ if step == "extract":
         model = AutoModel.from_pretrained(folder, dtype=dtype, attn_implementation="eager")
         extract(model.to(device), encoded, states, **run)
 else:
-    head, whole = None, None
+    head = None
     if route == "streamed":
         model, weights = streamed_model(folder, device)
         if step == "propagate":
             head = streamed_head(folder, "causal", device)
+        reference = partial(stored_logits, head, weights)
     else:
         task = AutoModelForCausalLM if step == "propagate" else AutoModel
         model = task.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager")
-        model = whole = model.to(device).eval()
+        model = model.to(device).eval()
         weights = canonical_weights(model)
         head = prediction_head(model) if step == "propagate" else None
+        reference = partial(model_logits, model)
     with HiddenStates(states) as store, h5py.File(states + f"-{{step}}.h5", "w") as maps:
         common = dict(batch_size=4, device=device, max_rel_residual=1e-3, log=None)
         chosen = None if layers == "all" else store.layers
@@ -226,7 +229,7 @@ else:
             mixing(store, weights, model, maps, ig_steps=0, maps_dtype="float16", layers=chosen,
                    **common)
         else:
-            prediction = Prediction(head, None, None, str, whole)
+            prediction = Prediction(head, None, None, str, reference)
             depth_pass(store, weights, model, maps, maps, prediction, ig_steps=0,
                        maps_dtype="float16", rollout_scopes=(), **common)
 seconds = time.perf_counter() - start

@@ -4,16 +4,13 @@ and the prediction's attribution, of one model on one corpus."""
 from attnscope.analyses.mixing.depth_pass import depth_pass
 from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates, atomic_h5, open_store
-from attnscope.maps.prediction import Prediction
 from attnscope.pipeline.job import Job
 
 job = Job(snakemake)
 log, params, output = job.log, job.params, job.output
 loaded = job.model(with_head=True)
 tokenizer = job.tokenizer()
-prediction = Prediction.of(
-    loaded.head, loaded.manifest, tokenizer, params.contrast, loaded.whole_model
-)
+prediction = loaded.prediction(tokenizer, params.contrast)
 log.info("prediction head: %s", "none" if prediction.head is None else loaded.manifest["lm_head"])
 with (
     HiddenStates(job.input.hidden_states) as store,

@@ -4,7 +4,6 @@ from attnscope.analyses.views.page import render_index, render_page
 from attnscope.analyses.views.payload import sequence_page
 from attnscope.core.files import atomic_folder
 from attnscope.core.store import HiddenStates
-from attnscope.maps.prediction import Prediction
 from attnscope.pipeline.job import Job
 
 job = Job(snakemake)
@@ -12,9 +11,7 @@ log, params = job.log, job.params
 model_name, corpus = job.wildcards.model, job.wildcards.corpus
 loaded = job.model(with_head=params.scopes)  # the prediction row comes with the scopes
 tokenizer = job.tokenizer()
-prediction = Prediction.of(
-    loaded.head, loaded.manifest, tokenizer, params.contrast, loaded.whole_model
-)
+prediction = loaded.prediction(tokenizer, params.contrast)
 with (
     HiddenStates(job.input.hidden_states) as store,
     atomic_folder(job.output[0]) as out,

@@ -1,7 +1,6 @@
-"""JS distances between all heads, their MDS map, clustering and behaviour (Clark 2019): one
-batch of every layer's attention at a time, or with `loading: layer-streamed` the layers walked
-in order (one layer's weights in memory), every layer's attention entries in a float32 scratch
-file beside the output, removed afterwards."""
+"""JS distances between all heads, their MDS map, clustering and behaviour (Clark 2019), from
+every layer's attention one batch at a time (walked as the loading route allows:
+`LoadedModel.layer_blocks`)."""
 
 from pathlib import Path
 
@@ -16,17 +15,15 @@ from attnscope.pipeline.job import Job
 job = Job(snakemake)
 log, params, output = job.log, job.params, job.output
 loaded = job.model()
-weights, device = loaded.weights, loaded.device
-L, H = weights.n_layers, weights.n_heads
+L, H = loaded.weights.n_layers, loaded.weights.n_heads
 with HiddenStates(job.input.hidden_states) as store:
-    limit = params.n_sequences or None
-    if loaded.route == "whole-model":
-        D = hd.head_distances(store, weights, params.batch_size, device, limit, log)
-    else:
-        folder = Path(output.distances).parent
-        D = hd.head_distances_in_scratch(
-            store, weights, params.batch_size, folder, device, limit, log
-        )
+    limit, batch_size = params.n_sequences or None, params.batch_size
+    columns = hd.entries_columns(store, batch_size, loaded.weights.causal, limit)
+    scratch = Path(output.distances).parent  # the layer-streamed route's spool
+    entries = loaded.layer_blocks(
+        store, batch_size, hd.attention_entries, columns, scratch, limit, log
+    )
+    D = hd.head_distances(entries, log)
 embedding = hd.mds_embedding(D, params.seed, params.mds_n_init, params.mds_max_iter)
 clusters, Z = hd.cluster_heads(D, params.cluster_method, params.n_clusters)
 heads = pd.read_csv(job.input.heads, sep="\t")

@@ -317,15 +317,22 @@ if job == "extraction":  # a layer subset's states pass through a scratch file
                      log=Sleeping(), layers=[2])
 elif job == "gradients":
     from attnscope.analyses.weights.streamed_backward import streamed_gradient_importance
+    from attnscope.pipeline.streamed_weights import streamed_head, streamed_model
+    _, weights = streamed_model(work / "model", "cpu")
+    head = streamed_head(work / "model", "causal", "cpu")
     with HiddenStates(work / "states.h5") as store:
-        streamed_gradient_importance(work / "model", store, "causal", None, 0.3, 0, 2, "cpu",
-                                     scratch_folder=results / "weights", log=Sleeping())
+        streamed_gradient_importance(work / "model", weights, head, store, None, 0.3, 0, 2,
+                                     "cpu", scratch_folder=results / "weights", log=Sleeping())
 else:  # the JS distances of the layer-streamed route
-    from attnscope.analyses.weights.head_distances import head_distances_in_scratch
+    from attnscope.analyses.weights.head_distances import attention_entries, entries_columns
+    from attnscope.pipeline.layer_walks import by_layer
     from attnscope.pipeline.streamed_weights import streamed_model
     _, weights = streamed_model(work / "model", "cpu")
     with HiddenStates(work / "states.h5") as store:
-        head_distances_in_scratch(store, weights, 2, results / "weights", log=Sleeping())
+        columns = entries_columns(store, 2, weights.causal)
+        blocks = by_layer(store, weights.layers, 2, attention_entries, columns,
+                          results / "weights", log=Sleeping())
+        next(blocks)
 """
 
 
@@ -353,7 +360,7 @@ def test_scratch_files_of_a_killed_job_are_swept_and_a_live_ones_kept(tmp_path, 
         assert writer.stdout.readline().strip() == "writing"
         before = sorted(p for p in results.rglob("*") if p != finished)
         assert [
-            p for p in before if "scratch" in p.name or p.name.startswith(("gradients-", "js-"))
+            p for p in before if "scratch" in p.name or p.name.startswith(("gradients-", "layer-"))
         ]
         assert remove_stale_partials(results) == []  # a live job's scratch stays
         assert sorted(p for p in results.rglob("*") if p != finished) == before

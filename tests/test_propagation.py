@@ -4,6 +4,7 @@ answers, rollout, the prediction's attribution and the corpus pass."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import numpy as np
 import pytest
@@ -324,7 +325,7 @@ def run_depth(
     from attnscope.analyses.mixing.corpus_pass import corpus_pass
     from attnscope.analyses.mixing.depth_pass import depth_pass
     from attnscope.core.store import atomic_h5
-    from attnscope.maps.prediction import Prediction
+    from attnscope.maps.prediction import Prediction, model_logits
 
     kind = "mlm" if family in ENCODERS else "causal"
     path, model = write_tiny_store(tmp_path, family, head=kind if head else "base")
@@ -337,7 +338,7 @@ def run_depth(
         mask_token_id=mask_token_id if family in ENCODERS else None,
         contrast=(7, 9),
         token_of=lambda t: f"t{t}",
-        model=model,
+        logits=partial(model_logits, model),
     )
     scopes = ("AttnRes-w", "AttnResLn", carried_scope(weights.layers[0].pre_ln))
     with (

@@ -8,6 +8,7 @@ from attnscope.analyses.weights.gradients import gradient_importance
 from attnscope.analyses.weights.streamed_backward import streamed_gradient_importance
 from attnscope.core.store import HiddenStates
 from attnscope.pipeline.extract import extract
+from attnscope.pipeline.streamed_weights import streamed_head, streamed_model
 from conftest import tiny_model, write_tiny_encoded
 
 MASK_ID = 5  # any id of the tiny vocabularies stands in for [MASK]
@@ -29,8 +30,10 @@ def test_layerwise_backward_equals_the_whole_model_backward(tmp_path, family):
     run = dict(rate=0.3, seed=0, batch_size=2, device="cpu")
     with HiddenStates(tmp_path / "states.h5") as store:
         whole = gradient_importance(model, store, mask_id, **run)
+        _, weights = streamed_model(folder, "cpu")
+        head = streamed_head(folder, "masked" if masked else "causal", "cpu")
         streamed = streamed_gradient_importance(
-            folder, store, "masked" if masked else "causal", mask_id, **run, scratch_folder=tmp_path
+            folder, weights, head, store, mask_id, **run, scratch_folder=tmp_path
         )
     assert len(whole) == 3 * 4 and list(streamed.columns) == list(whole.columns)
     for column in ("layer", "category", "n_sequences", "status"):

@@ -17,13 +17,14 @@ import torch
 from attnscope.analyses.mixing.corpus_pass import corpus_pass as mixing_corpus
 from attnscope.analyses.norms.corpus_pass import corpus_pass as norms_corpus
 from attnscope.analyses.weights.head_distances import (
+    attention_entries,
     entries_columns,
     head_distances,
-    head_distances_by_layer,
 )
 from attnscope.analyses.weights.statistics import attention_statistics
 from attnscope.architectures import ModelLayer, canonical_weights
 from attnscope.core.store import HiddenStates
+from attnscope.maps.prediction import model_logits, stored_logits
 from attnscope.pipeline.models import open_model
 from attnscope.pipeline.streamed_weights import KEEP
 from conftest import CLASSIC, DECODERS, write_tiny_encoded, write_tiny_model_run
@@ -136,23 +137,26 @@ def test_analyses_on_the_streamed_model_equal_the_whole_models(tmp_path, family)
 
 @pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "gemma2"])
 def test_js_distances_walked_layer_by_layer_equal_the_batched_ones(tmp_path, family):
-    """The layer-streamed JS head distances (every layer's attention entries written to a
-    scratch dataset, then summed batch by batch) equal the whole model's, which hold one batch
-    of every layer at once, bit for bit, reading each of 4 layers once; batches of 3 over 4
-    sequences leave a short last batch."""
+    """The layer-streamed JS head distances (`LoadedModel.layer_blocks`: every layer's
+    attention entries written to a scratch dataset, then summed batch by batch) equal the
+    whole model's, which hold one batch of every layer at once and write no scratch file, bit
+    for bit, reading each of 4 layers once; batches of 3 over 4 sequences leave a short last
+    batch; the scratch folder is removed."""
     store, _, manifest = write_tiny_model_run(tmp_path, family, layers=4)
     whole = open_model(manifest)
     streamed = open_model(manifest, loading="layer-streamed")
     with HiddenStates(store) as states:
-        want = head_distances(states, whole.weights, batch_size=3)
         columns = entries_columns(states, 3, whole.weights.causal)
-        G = whole.weights.n_layers * whole.weights.n_heads
-        with h5py.File(tmp_path / "entries.h5", "w") as f:
-            entries = f.create_dataset("entries", (G, int(columns[-1])), "float32")
-            got = head_distances_by_layer(states, streamed.weights, 3, entries)
+        blocks = whole.layer_blocks(states, 3, attention_entries, columns, tmp_path / "whole")
+        want = head_distances(blocks)
+        blocks = streamed.layer_blocks(states, 3, attention_entries, columns, tmp_path / "sp")
+        got = head_distances(blocks)
+    G = whole.weights.n_layers * whole.weights.n_heads
     assert streamed.weights.layers.reads == 4 and len(columns) == 3
     assert want.shape == (G, G) and want.max() > 0
     np.testing.assert_array_equal(got, want)
+    assert not (tmp_path / "whole").exists()  # no spool on the whole-model route
+    assert (tmp_path / "sp").is_dir() and not list((tmp_path / "sp").iterdir())
 
 
 def datasets(path: Path) -> dict[str, np.ndarray]:
@@ -280,7 +284,7 @@ def headed_run(tmp_path, family: str, loaded, name: str, batch_size: int = 3):
         mask_token_id=4 if family in ("bert", "roberta") else None,  # id 4: every row's piece 3
         contrast=(7, 9),
         token_of=str,
-        model=loaded.whole_model,
+        logits=loaded.reference_logits,
     )
     settings = dict(batch_size=batch_size, device="cpu", ig_steps=0, max_rel_residual=1e-4)
     scopes = ("AttnRes-w", carried_scope(loaded.weights.outline[0].pre_ln))
@@ -322,7 +326,8 @@ def test_propagation_and_views_on_the_streamed_model_equal_the_whole_models(tmp_
     whole = open_model(manifest, with_head=True)
     streamed = open_model(manifest, with_head=True, loading="layer-streamed")
     assert whole.head is not None and streamed.head is not None
-    assert streamed.whole_model is None and whole.whole_model is whole.model
+    assert streamed.reference_logits.func is stored_logits  # no module in memory
+    assert whole.reference_logits.func is model_logits
     (tmp_path / "whole").mkdir()
     (tmp_path / "streamed").mkdir()
     with HiddenStates(store) as states, h5py.File(tmp_path / "whole" / "mixing.h5", "w") as maps:

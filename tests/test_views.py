@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -29,7 +30,7 @@ from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CLS, OTHER, SEP, piece_labels
 from attnscope.maps.attend import attend_split
 from attnscope.maps.layer_maps import layer_scope_maps
-from attnscope.maps.prediction import Prediction
+from attnscope.maps.prediction import Prediction, model_logits
 from attnscope.maps.propagation import propagate
 from conftest import TINY, Opened, write_tiny_store
 
@@ -62,7 +63,7 @@ def build_page(tmp_path, family: str, scopes: bool = True, length: int = 16, hea
         mask_token_id=MASK_ID if kind == "mlm" else None,
         contrast=CONTRAST,
         token_of=tokenizer.convert_ids_to_tokens,
-        model=model,
+        logits=partial(model_logits, model),
     )
     with HiddenStates(store_path) as store:
         page = sequence_page(

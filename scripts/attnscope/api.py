@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -51,7 +52,7 @@ from attnscope.data.corpora import encode_corpus
 from attnscope.maps.attend import Attend, attend_split
 from attnscope.maps.head_norms import head_summed_norms
 from attnscope.maps.layer_maps import layer_scope_maps
-from attnscope.maps.prediction import Prediction
+from attnscope.maps.prediction import Prediction, model_logits
 from attnscope.maps.propagation import propagate
 from attnscope.maps.scopes import PROPAGATED, SCOPES
 from attnscope.pipeline import gguf
@@ -214,7 +215,8 @@ def _prediction(model: Model, contrast: list[str], scopes: bool) -> Prediction:
         raise ValueError(f"contrast {contrast!r} needs scopes=True (the prediction row)")
     manifest = {"lm_head": model.lm_head}
     head = prediction_head(model.module)
-    return Prediction.of(head, manifest, model.tokenizer, contrast, model.module, "contrast")
+    logits = partial(model_logits, model.module)
+    return Prediction.of(head, manifest, model.tokenizer, contrast, logits, "contrast")
 
 
 def view(

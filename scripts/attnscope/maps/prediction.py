@@ -8,8 +8,9 @@ Gradients like an FF block, and its LayerNorm) and the unembedding column of the
 
 with the soft-cap's factor k = softcap(z) / z (z the capped logit's input), which is what IG
 with a zero baseline gives for the scalar c tanh(z / c). Checked against the model's own
-logits: a forward pass of the loaded model, or on the layer-streamed route (no model in
-memory) its head on the last state X_L. Where the logits are read: masked positions for a
+logits: a forward pass of the loaded model (`model_logits`), or where no model is in memory
+(the layer-streamed route: `LoadedModel.reference_logits` picks) its head on the last state
+X_L (`stored_logits`). Where the logits are read: masked positions for a
 masked LM; for a causal LM each sequence's last text piece (what follows the user's text), not
 the closing separator the layout adds (`data/corpora/layout.py`), whose next token would be the
 start of another document. Text pieces are those with a word (`word_ids` >= 0); the start,
@@ -152,19 +153,25 @@ def prediction_rows(
     return pd.concat(frames, ignore_index=True)
 
 
+# The logits [B, n, V] of one batch that the attribution is checked against, from (store,
+# batch, the carried total X_L [B, n, d]): `partial(model_logits, model)` or
+# `partial(stored_logits, head, weights)`.
+ReferenceLogits = Callable[[HiddenStates, object, torch.Tensor], torch.Tensor]
+
+
 @dataclass
 class Prediction:
     """What the prediction attribution needs: the model's head (None: no LM head), the mask
     token of a masked LM (None for a causal LM), and an optional (target, foil) pair of
-    token ids; `token_of` turns ids into token strings. `model`: the loaded model whose
-    forward gives the reference logits, or None on the layer-streamed route (the head on the
-    last state gives them)."""
+    token ids; `token_of` turns ids into token strings; `logits` gives the reference logits
+    the attribution is checked against (`ReferenceLogits`: `model_logits` of a model in
+    memory, or `stored_logits`; `LoadedModel.reference_logits` says which)."""
 
     head: PredictionHead | None
     mask_token_id: int | None
     contrast: tuple[int, int] | None
     token_of: Callable[[int], str]
-    model: torch.nn.Module | None = None
+    logits: ReferenceLogits
 
     @classmethod
     def of(
@@ -173,18 +180,18 @@ class Prediction:
         manifest: dict,
         tokenizer,
         contrast: list[str],
-        model,
+        logits: ReferenceLogits,
         setting: str = "analyses.mixing.contrast",
     ) -> Prediction:
         """What a model predicts with its `head` (`LoadedModel.head`), with the `contrast`
         setting [target, foil] (empty: none; `setting` names it in errors, see
-        `core.tokens.contrast_ids`); `model` as the field."""
+        `core.tokens.contrast_ids`); `logits` as the field."""
         return cls(
             head=head,
             mask_token_id=tokenizer.mask_token_id if manifest["lm_head"] == "masked" else None,
             contrast=contrast_ids(tokenizer, contrast, setting),
             token_of=tokenizer.convert_ids_to_tokens,
-            model=model,
+            logits=logits,
         )
 
 
@@ -199,8 +206,9 @@ def head_logits(
     return z if head.softcap is None else torch.tanh(z / head.softcap) * head.softcap
 
 
-def model_logits(model, store: HiddenStates, batch) -> torch.Tensor:
-    """The model's own logits for one batch (a forward pass with its head).  [B, n, V]"""
+def model_logits(model, store: HiddenStates, batch, total=None) -> torch.Tensor:
+    """The model's own logits for one batch, by a forward pass with its head (a model in
+    memory; `total` unused).  [B, n, V]"""
     arch = architecture(model.config.model_type)
     n, device = batch.X.shape[1], batch.X.device
     types = store.token_type_ids[batch.start : batch.stop, :n].astype(np.int64)
@@ -214,21 +222,19 @@ def model_logits(model, store: HiddenStates, batch) -> torch.Tensor:
         return model(**inputs).logits.float()
 
 
-def reference_logits(
-    prediction: Prediction, weights: CanonicalModel, store: HiddenStates, batch, total
+def stored_logits(
+    head: PredictionHead, weights: CanonicalModel, store: HiddenStates, batch, total
 ) -> torch.Tensor:
-    """The logits [B, n, V] the attribution is checked against: the loaded model's forward,
-    or on the layer-streamed route the head on the stored X_L (on the carried total X_L
-    [B, n, d], `total`, where the store is 16-bit, so that the check is the head's alone)."""
-    if prediction.model is not None:
-        return model_logits(prediction.model, store, batch)
+    """The head's logits on the stored last state X_L of one batch, or on the carried total
+    X_L [B, n, d] (`total`) where the store is 16-bit, so that the check is the head's alone
+    (a model not in memory: the layer-streamed route).  [B, n, V]"""
     n = batch.X.shape[1]
     if store.exact:
         X = store.batch(weights.n_layers, batch.start, batch.stop, n, str(batch.X.device)).X
     else:
         X = total
     with torch.no_grad():
-        return head_logits(prediction.head, weights.final_ln, X).float()
+        return head_logits(head, weights.final_ln, X).float()
 
 
 @dataclass
@@ -276,7 +282,7 @@ class LogitSplit:
         device = total.device
         self.rows = torch.tensor([r for r, _ in self.where], device=device)
         self.positions = torch.tensor([p for _, p in self.where], device=device)
-        logits = reference_logits(self.prediction, self.weights, self.store, self.batch, total)
+        logits = self.prediction.logits(self.store, self.batch, total)
         logits = logits[self.rows, self.positions]
         columns = logits.argmax(-1, keepdim=True)
         if self.prediction.contrast is not None:

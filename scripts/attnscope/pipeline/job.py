@@ -49,8 +49,8 @@ class Job:
 
     @cached_property
     def manifest(self) -> dict:
-        """The manifest of the job's `manifest` input; refused (ModelChangedError) when the
-        model's files changed since it was written."""
+        """The manifest of the job's model (`models.build_manifest`), read without loading
+        it; refused (ModelChangedError) when the model's files changed since it was written."""
         manifest = read_manifest(self.input.manifest)
         check_model_unchanged(manifest, self.input.manifest)
         return manifest

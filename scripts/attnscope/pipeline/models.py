@@ -374,19 +374,40 @@ def read_manifest(path: str | Path) -> dict:
 @dataclass
 class LoadedModel:
     """What a rule script needs of a model: its manifest, device, module and canonical weights,
-    and its language-model head when asked for and the model has one."""
+    and its language-model head when asked for and the model has one.
+
+    The loading route (`route`) is this class's business: its methods give the same results
+    on either route, so that no script or analysis chooses an algorithm by route."""
 
     manifest: dict
     device: str
     model: object
-    weights: CanonicalModel
     route: str = "whole-model"  # or layer-streamed (`layer_stream.loading_route`)
     head: PredictionHead | None = None
+    canonical: CanonicalModel | None = None  # `weights`: given when streamed, else made on use
 
     @property
-    def whole_model(self):
-        """The module with every weight in memory, or None on the layer-streamed route."""
-        return self.model if self.route == "whole-model" else None
+    def weights(self) -> CanonicalModel:
+        """The canonical weights: on the layer-streamed route each layer read when first used;
+        on the whole-model route copied from the module when first asked for (a job that runs
+        the module alone, the gradients' backward, holds no second copy)."""
+        if self.canonical is None:
+            self.canonical = canonical_weights(self.model)
+        return self.canonical
+
+    @property
+    def reference_logits(self):
+        """The logits of a batch that the prediction attribution is checked against
+        (`maps.prediction.ReferenceLogits`): the module's own forward on the whole-model
+        route, the head on the stored last state on the layer-streamed route (no module in
+        memory)."""
+        from functools import partial
+
+        from attnscope.maps.prediction import model_logits, stored_logits
+
+        if self.route == "layer-streamed":
+            return partial(stored_logits, self.head, self.weights)
+        return partial(model_logits, self.model)
 
     def extract_states(self, encoded_path, out_path, batch_size: int, **settings) -> dict:
         """Store the hidden states of an encoded corpus at `out_path`, the same file on either
@@ -400,6 +421,66 @@ class LoadedModel:
             )
         return extract.extract(
             self.model, encoded_path, out_path, batch_size, self.device, **settings
+        )
+
+    def layer_blocks(
+        self, store, batch_size: int, block, columns, scratch_folder, limit=None, log=None
+    ):
+        """Each batch's `block(batch, layer)` [r, w_k] of every layer, stacked: [L * r, w_k]
+        float32 on the device, batch after batch (`layer_walks`; `columns`: where each batch's
+        w_k columns start, [batches + 1]). On the whole-model route the layers of one batch are
+        walked together (`layer_walks.by_batch`); on the layer-streamed route each layer over
+        every batch (one layer's weights in memory), the blocks spooled to a float32 scratch
+        file under `scratch_folder` and read back batch by batch (`layer_walks.by_layer`).
+        The spool is the streamed route's alone: on the whole model it would cost disk (4.7
+        GB for MiniLM's 992 x 128 corpus in the JS distances) and time, and change nothing."""
+        from attnscope.pipeline import layer_walks
+
+        layers, device = self.weights.layers, self.device
+        if self.route == "layer-streamed":
+            return layer_walks.by_layer(
+                store, layers, batch_size, block, columns, scratch_folder, device, limit, log
+            )
+        return layer_walks.by_batch(store, layers, batch_size, block, device, limit)
+
+    def gradient_importance(self, store, scratch_folder, **settings):
+        """The gradient importance table of attention (`analyses.weights.gradients`) on the
+        stored corpus, by the model's LM head (loaded `with_head`; a masked LM's loss reads
+        its tokenizer's mask token): a whole-model backward per batch, or on the
+        layer-streamed route dL/dX carried back layer by layer (`streamed_backward`, its
+        scratch files under `scratch_folder`). `settings`: rate, seed, batch_size, limit, log
+        (`gradients.gradient_importance`)."""
+        from transformers import AutoTokenizer
+
+        kind = self.manifest["lm_head"]
+        if self.head is None:
+            raise ValueError(f"model {self.manifest['name']!r} was loaded without an LM head")
+        mask_token_id = None  # causal LM: the next-token loss, nothing masked
+        if kind == "masked":
+            mask_token_id = AutoTokenizer.from_pretrained(self.manifest["path"]).mask_token_id
+        if settings.get("log") is not None:
+            settings["log"].info(
+                "model %s with its %s LM head on %s, route %s",
+                *(self.manifest["name"], kind, self.device, self.route),
+            )
+        if self.route == "layer-streamed":
+            from attnscope.analyses.weights.streamed_backward import streamed_gradient_importance
+
+            return streamed_gradient_importance(
+                self.manifest["path"], self.weights, self.head, store, mask_token_id,
+                device=self.device, scratch_folder=scratch_folder, **settings,
+            )  # fmt: skip
+        from attnscope.analyses.weights.gradients import gradient_importance
+
+        return gradient_importance(self.model, store, mask_token_id, device=self.device, **settings)
+
+    def prediction(self, tokenizer, contrast: list[str], setting: str = "analyses.mixing.contrast"):
+        """What the prediction attribution needs (`maps.prediction.Prediction.of`): the head,
+        the mask token, the `contrast` pair and the `reference_logits`."""
+        from attnscope.maps.prediction import Prediction
+
+        return Prediction.of(
+            self.head, self.manifest, tokenizer, contrast, self.reference_logits, setting
         )
 
 
@@ -514,10 +595,10 @@ def open_model(
         release_freed_memory()
         model, weights = streamed_model(manifest["path"], device)
         head = streamed_head(manifest["path"], head_kind, device) if head_kind else None
-        return LoadedModel(manifest, device, model, weights, route, head)
+        return LoadedModel(manifest, device, model, route, head, weights)
     model = load_model(manifest["path"], device, head=head_kind, dtype=dtype)
     head = prediction_head(model) if head_kind else None
-    return LoadedModel(manifest, device, model, canonical_weights(model), head=head)
+    return LoadedModel(manifest, device, model, head=head)
 
 
 def manifest_attrs(manifest: dict) -> dict:

@@ -16,17 +16,15 @@ visible keys carry no mass and are dropped), so memory stays bounded.
 from __future__ import annotations
 
 import math
-from pathlib import Path
+from collections.abc import Iterable
 
-import h5py
 import numpy as np
 import pandas as pd
 import torch
 
 from attnscope.core.attention import attention_probs, visible_pairs
-from attnscope.core.canonical import CanonicalModel
-from attnscope.core.files import scratch_folder
-from attnscope.core.store import HiddenStates, batch_spans
+from attnscope.core.canonical import CanonicalLayer
+from attnscope.core.store import Batch, HiddenStates, batch_spans
 from attnscope.core.tables import indexed_table
 
 JS_SMOOTHING = 1e-3
@@ -78,39 +76,11 @@ def js_sums(entries: torch.Tensor, chunk_elements: int | None = None) -> torch.T
     return D + D.T
 
 
-def _layer_batches(store: HiddenStates, weights: CanonicalModel, batch_size, device, limit):
-    """Every layer's batch of the same sequences at once: tuples of n_layers Batches."""
-    iterators = [store.batches(l, batch_size, device, limit) for l in range(weights.n_layers)]
-    return zip(*iterators, strict=True)
-
-
-def head_distances(
-    store: HiddenStates,
-    weights: CanonicalModel,
-    batch_size: int,
-    device: str = "cpu",
-    limit: int | None = None,
-    log=None,
-) -> np.ndarray:
-    """[L*H, L*H] summed JS distances over the first `limit` sequences (all if None).
-
-    Head index g = l * H + h (0-based). Holds one batch of all layers' maps at a time.
-    """
-    G = weights.n_layers * weights.n_heads
-    total = torch.zeros(G, G, dtype=torch.float64, device=device)
-    for batches in _layer_batches(store, weights, batch_size, device, limit):
-        mask = batches[0].mask
-        with torch.no_grad():
-            alpha = torch.cat(
-                [
-                    attention_probs(b.X, b.mask, layer).transpose(0, 1)
-                    for b, layer in zip(batches, weights.layers, strict=True)
-                ]
-            )  # [G, B, n, n]
-            total += js_sums(smoothed_entries(alpha, mask, weights.causal))
-        if log is not None:
-            log.info("JS distances: %d sequences done", batches[0].stop)
-    return total.cpu().numpy()
+def attention_entries(batch: Batch, layer: CanonicalLayer) -> torch.Tensor:
+    """One layer's heads' smoothed attention on the batch's visible entries (`smoothed_entries`
+    of the layer's attention on its stored input X_l).  [H, V]"""
+    alpha = attention_probs(batch.X, batch.mask, layer).transpose(0, 1)  # [H, B, n, n]
+    return smoothed_entries(alpha, batch.mask, layer.causal)
 
 
 def entries_columns(store: HiddenStates, batch_size: int, causal: bool, limit=None) -> np.ndarray:
@@ -127,58 +97,21 @@ def entries_columns(store: HiddenStates, batch_size: int, causal: bool, limit=No
     return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
 
 
-def head_distances_by_layer(
-    store: HiddenStates,
-    weights: CanonicalModel,
-    batch_size: int,
-    entries: h5py.Dataset,
-    device: str = "cpu",
-    limit: int | None = None,
-    log=None,
-) -> np.ndarray:
-    """`head_distances`, the layers walked in order (the layer-streamed route: one layer's
-    weights in memory): every layer's smoothed entries of every batch are written to
-    `entries` (float32 [L*H, V], columns as `entries_columns`), then each batch's columns of
-    all heads are read back and summed by `js_sums`, exactly as `head_distances` sums them."""
-    H, G = weights.n_heads, weights.n_layers * weights.n_heads
-    columns = entries_columns(store, batch_size, weights.causal, limit)
-    for l, layer in enumerate(weights.layers):
-        for k, batch in enumerate(store.batches(l, batch_size, device, limit)):
-            with torch.no_grad():
-                alpha = attention_probs(batch.X, batch.mask, layer).transpose(0, 1)
-                block = smoothed_entries(alpha, batch.mask, weights.causal)
-            entries[l * H : (l + 1) * H, columns[k] : columns[k + 1]] = block.cpu().numpy()
-        if log is not None:
-            log.info("JS distances: layer %d's attention written", l + 1)
-    total = torch.zeros(G, G, dtype=torch.float64, device=device)
-    for k in range(len(columns) - 1):
-        block = torch.from_numpy(entries[:, columns[k] : columns[k + 1]]).to(device)
+def head_distances(entries: Iterable[torch.Tensor], log=None) -> np.ndarray:
+    """[G, G] summed JS distances, G = L * H heads (index g = l * H + h, 0-based), from each
+    batch's `attention_entries` of every layer stacked, [G, V_k] (`LoadedModel.layer_blocks`
+    walks the layers as the loading route allows: one batch of every layer at once, or every
+    layer in turn through a scratch file; the sums are the same, bit for bit)."""
+    total = None
+    for k, block in enumerate(entries):
+        if total is None:
+            total = torch.zeros(len(block), len(block), dtype=torch.float64, device=block.device)
         total += js_sums(block)
+        if log is not None:
+            log.info("JS distances: %d batches done", k + 1)
+    if total is None:
+        raise ValueError("JS distances: no sequences to compare the heads on")
     return total.cpu().numpy()
-
-
-def head_distances_in_scratch(
-    store: HiddenStates,
-    weights: CanonicalModel,
-    batch_size: int,
-    folder: str | Path,
-    device: str = "cpu",
-    limit: int | None = None,
-    log=None,
-) -> np.ndarray:
-    """`head_distances_by_layer` with its entries in a scratch file in a new scratch folder
-    under `folder` (`core.files.scratch_folder`: removed afterwards, and after kill -9 by the
-    start-up sweep); the disk must hold the entries, float32 [L*H, V]."""
-    from attnscope.pipeline.disk_estimate import require_space
-
-    columns = entries_columns(store, batch_size, weights.causal, limit)
-    shape = (weights.n_layers * weights.n_heads, int(columns[-1]))
-    with scratch_folder(folder, "js-entries-") as scratch:
-        path = scratch / "entries.h5"
-        require_space(path, shape[0] * shape[1] * 4)
-        with h5py.File(path, "w") as f:
-            entries = f.create_dataset("entries", shape, "float32")
-            return head_distances_by_layer(store, weights, batch_size, entries, device, limit, log)
 
 
 def distance_table(D: np.ndarray, n_layers: int, n_heads: int) -> pd.DataFrame:

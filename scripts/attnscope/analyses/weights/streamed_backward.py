@@ -17,15 +17,16 @@ import pandas as pd
 
 from attnscope.analyses.weights.gradients import layerwise_gradient_importance, loss_targets
 from attnscope.core import files
+from attnscope.core.canonical import CanonicalModel, PredictionHead
 from attnscope.core.store import TOKEN_ARRAYS, HiddenStates
 from attnscope.pipeline.extract import extract_streamed
-from attnscope.pipeline.streamed_weights import streamed_head, streamed_model
 
 
 def streamed_gradient_importance(
     folder: str | Path,
+    weights: CanonicalModel,
+    head: PredictionHead,
     store: HiddenStates,
-    head_kind: str,
     mask_token_id: int | None,
     rate: float,
     seed: int,
@@ -35,9 +36,10 @@ def streamed_gradient_importance(
     limit: int | None = None,
     log=None,
 ) -> pd.DataFrame:
-    """`gradient_importance`'s table for the checkpoint in `folder` (its `head_kind` LM head:
-    masked, or causal with `mask_token_id` None) over the first `limit` sequences of `store`
-    (all if None)."""
+    """`gradient_importance`'s table for the checkpoint in `folder`, its layer-streamed
+    `weights` (`streamed_weights.streamed_model`) and LM `head` (`streamed_head`: masked, or
+    causal with `mask_token_id` None), over the first `limit` sequences of `store` (all if
+    None)."""
     total = min(limit or store.n_sequences, store.n_sequences)
     targets = loss_targets(store, mask_token_id, rate, seed, total)
     with files.scratch_folder(scratch_folder, "gradients-") as scratch:
@@ -49,8 +51,6 @@ def streamed_gradient_importance(
                     f[name] = getattr(store, name)[:total]
                 f["input_ids"][...] = targets.inputs
             extract_streamed(folder, encoded, states_path, batch_size, device)
-        _, weights = streamed_model(folder, device)
-        head = streamed_head(folder, head_kind, device)
         with HiddenStates(states_path) as states, h5py.File(scratch / "grad.h5", "w") as grad:
             return layerwise_gradient_importance(
                 states, weights, head, targets, grad, batch_size, device, log
