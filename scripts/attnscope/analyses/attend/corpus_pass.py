@@ -12,9 +12,14 @@ largest over the sequences (`checks.ResidualLog`, relative):
     lift              per head and weighting, the lift summed over components and rows vs
                       sum_i sum_j W_ij s_ij from the real logits, relative to the sum over
                       those rows of max_j |s_ij|
-    lift pairs        the same for the attended keys' component pairs
-Memory: the split of one sequence, [C, n, d] (C up to 10 L), the lifts [H, C, n, d'] at one
-layer, and the sums of `LiftSums`.
+    lift pairs        the same for the component pairs of every weighting (the attended keys
+                      and each key class)
+The layers are walked in order for each sequence up to the last analysed one (on the
+layer-streamed route each of them is read once per sequence). Memory: the split of one
+sequence, [C, n, d] (C up to 10 L), the queries, keys and one weighting's lifts [H, C, n, d']
+at one layer, and the sums of `LiftSums`; none of it grows with the number of sequences.
+What grows with depth is C: the split, and the pair sums (`statistics`, K x H x C x C per
+layer).
 """
 
 from __future__ import annotations
@@ -83,11 +88,14 @@ def sequence_pass(store, s, weights, model, arch, device, sums: LiftSums, residu
     split = embedding_split(weights, inputs, embed_parts=True)
     X = _stored(store, 0, s, n, device)
     X = split.total() if X is None else X
-    for m in range(weights.n_layers):
+    last = max(store.layers)  # no layer after the last analysed one is read
+    for m in range(last + 1):
         layer = weights.layers[m]
         residuals.record(m + 1, "state", *residual(split.total()[None], X[None], mask))
         if m in store.layers:
             head_lifts(split, X, mask, category, layer, m, model, arch, sums, residuals)
+        if m == last:
+            break
         split = layer_split(split, X, mask, layer, m)
         following = _stored(store, m + 1, s, n, device)
         X = layer_forward(X[None], mask, layer)[0] if following is None else following
@@ -115,10 +123,10 @@ def head_lifts(split, X, mask, category, layer, m, model, arch, sums, residuals)
     want = row_lifts(logits, W).sum(-1)  # [H, K]
     size = ((logits.abs() * visible).amax(-1)[:, None] * rows).sum(-1)  # sum_i max_j |s_ij|
     tiny = torch.finfo(size.dtype).tiny
-    pairs = found["pairs"].sum((-1, -2))[:, None]
+    pairs = found["pairs"].sum((-1, -2))  # [H, K]
     for stage, got in (("lift", found["query"].sum(-1)), ("lift pairs", pairs)):
-        diff = (got - want[:, : got.shape[1]]).abs()
-        relative = diff / size[:, : got.shape[1]].clamp_min(tiny)
+        diff = (got - want).abs()
+        relative = diff / size.clamp_min(tiny)
         residuals.record(m + 1, stage, float(diff.max()), float(relative.max()))
     names = [*split.names, BIAS]
     if has_learned_positions(names):
