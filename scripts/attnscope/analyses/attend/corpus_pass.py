@@ -101,6 +101,21 @@ def sequence_pass(store, s, weights, model, arch, device, sums: LiftSums, residu
         X = layer_forward(X[None], mask, layer)[0] if following is None else following
 
 
+def head_queries_keys(split, X, layer):
+    """Q, K [H, C, n, d'] of every head by component, the bias last (K with the key heads
+    repeated for grouped-query attention); each side's [C, H, n, d'] parts and the normed
+    split are freed before the next is made (the peak is a few [C, n, d]-sized tensors)."""
+    read = split.normed(layer.ln_attn if layer.pre_ln else None, X)
+    kv = [layer.kv_head(h) for h in range(layer.n_heads)]
+    parts, bias = qk_split(read, X, layer, "q")
+    Q = torch.cat([parts, bias[None]]).transpose(0, 1).contiguous()
+    del parts
+    parts, bias = qk_split(read, X, layer, "k")
+    del read
+    K = torch.cat([parts, bias[None]])[:, kv].transpose(0, 1).contiguous()
+    return Q, K
+
+
 def head_lifts(split, X, mask, category, layer, m, model, arch, sums, residuals) -> None:
     """Every head's lift at layer m (0-based) of one sequence."""
     alpha = attention_probs(X[None], mask, layer)[0]  # [H, n, n]
@@ -110,12 +125,7 @@ def head_lifts(split, X, mask, category, layer, m, model, arch, sums, residuals)
     visible = layer_visible_pairs(mask, layer)[0]
     keys, W, rows = key_weights(alpha, visible, category, layer.causal)
     sums.count(m + 1, rows)
-    read = split.normed(layer.ln_attn if layer.pre_ln else None, X)
-    kv = [layer.kv_head(h) for h in range(layer.n_heads)]
-    q_parts, q_bias = qk_split(read, X, layer, "q")
-    k_parts, k_bias = qk_split(read, X, layer, "k")
-    Q = torch.cat([q_parts, q_bias[None]]).transpose(0, 1).contiguous()  # [H, C, n, d']
-    K = torch.cat([k_parts, k_bias[None]])[:, kv].transpose(0, 1).contiguous()
+    Q, K = head_queries_keys(split, X, layer)
     band = rotary_bands(layer.rotary, layer.d_head).to(X.device)
     found = lift_sums(Q, K, W, layer.scale, band)
     q, k = (t[0] for t in queries_keys(X[None], layer))  # [H, n, d'], keys per query head
