@@ -19,7 +19,7 @@ Memory: the pair sums dominate, K x H x C_l x C_l float64 at each analysed layer
 weightings: 4 for decoders, 7 for encoders; H heads; C_l = 2 + (l - 1)(H + 1) components
 with one embedding component), whatever the number of sequences (added in place). All
 layers of SmolLM2-135M (30 layers, 9 heads, C up to 292): about 250 MB; of MiniLM-L6 (6
-layers, 12 heads, C up to 67, 3 embedding parts): about 7 MB; of Llama-3.2-1B (16 layers, 32
+layers, 12 heads, C up to 69, 3 embedding parts): about 7 MB; of Llama-3.2-1B (16 layers, 32
 heads, C up to 497): about 1.4 GB (a `layers:` subset keeps only its layers).
 """
 
