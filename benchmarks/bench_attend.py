@@ -13,18 +13,32 @@ One encoded corpus of random pieces, n = `--length` (128), every position real
 (`bench_scale.write_corpus`), its hidden states extracted once per shape
 (`pipeline.extract`).
 
-Each measure runs in a fresh process that loads the saved model and opens the store, resets
-the kernel's peak-RSS counter (5 to /proc/self/clear_refs resets VmHWM), reads VmRSS, runs
-one family's `corpus_pass` and reads VmHWM: the peak is VmHWM - VmRSS, what the pass needed
-on top of the model and its inputs; the time is the pass's wall time.
+Each measure runs in a fresh process that sets glibc's allocator as the rule's job does
+(`runlog.keep_freed_memory`, and `runlog.release_freed_memory` on the layer-streamed route;
+`--allocator release`: `runlog.release_freed_memory` on both routes; `--allocator default`:
+glibc's defaults), loads the saved model (`streamed_model` on the layer-streamed route, as
+`loading: layer-streamed` does; on the whole-model route `from_pretrained` maps the
+safetensors file, so every weight is read once here to be resident before the baseline,
+else the pages the pass first touches, the weights the canonical form shares with the
+module and each sequence's embedding rows, count as the pass's) and opens the store, resets
+the kernel's peak-RSS counter (5 to /proc/self/clear_refs resets VmHWM), reads VmRSS, runs one
+family's `corpus_pass` and reads VmHWM: the peak is VmHWM - VmRSS, what the pass needed on
+top of the model and its inputs; the time is the pass's wall time.
     time     both families over the first `--sequences` sequences (norms reads the whole
              store, so the store holds just those); seconds per layer and sequence, and
              attend / norms
     memory   the attend family over 1, 2, ... `--memory-sequences` sequences of one store
              (it holds one sequence's split at a time: the peak should stay flat)
+    depth    with `--depths N M ..`: the attend family on the layer-streamed route over one
+             sequence of a model of N, M, ... layers (one safetensors file each), and the
+             peaks' ratio to the first depth's. One layer's weights are held whatever the
+             depth, but the split of a sequence, [C, n, d] with C = 2 + L (H + 1) after L
+             layers, and the pair sums of `statistics.LiftSums`, K x H x C x C per layer, grow
+             with it by design
 
 Run: .venv/bin/python benchmarks/bench_attend.py [--shapes smollm2 llama-1b] [--layers 4]
      [--sequences 2] [--memory-sequences 1 2 4] [--length 128] [--folder /tmp/bench-attend]
+     [--depths 4 8] [--skip-time] [--allocator job|release|default]
 """
 
 from __future__ import annotations
@@ -59,8 +73,8 @@ BOUND = 1e-3  # the checks' relative bound (random float32 models)
 
 
 def prepare(folder: Path, shape: str, layers: int, sequences: int, length: int) -> Path:
-    """Save a random model of `shape` and extract the states of `sequences` random sequences;
-    returns the states' path (the model is in `folder / shape`)."""
+    """Save a random model of `shape` (safetensors, `folder / name(shape, layers)`) and extract
+    the states of `sequences` random sequences; returns the states' path."""
     from transformers import LlamaConfig, LlamaModel
 
     from attnscope.pipeline.extract import extract
@@ -68,12 +82,16 @@ def prepare(folder: Path, shape: str, layers: int, sequences: int, length: int) 
     torch.manual_seed(0)
     config = LlamaConfig(num_hidden_layers=layers, attn_implementation="eager", **SHAPES[shape])
     model = LlamaModel(config).eval()
-    model.save_pretrained(folder / shape)
+    model.save_pretrained(folder / name(shape, layers))
     encoded = folder / f"{shape}-{sequences}-encoded.h5"
     write_corpus(encoded, SHAPES[shape]["vocab_size"], sequences, length)
-    states = folder / f"{shape}-{sequences}-states.h5"
+    states = folder / f"{name(shape, layers)}-{sequences}-states.h5"
     extract(model, encoded, states, batch_size=4, device="cpu")
     return states
+
+
+def name(shape: str, layers: int) -> str:
+    return f"{shape}-L{layers}"
 
 
 def peak_kib() -> tuple[int, int]:
@@ -83,7 +101,7 @@ def peak_kib() -> tuple[int, int]:
     return int(field["VmRSS"].split()[0]), int(field["VmHWM"].split()[0])
 
 
-def child(family: str, model_folder: str, states: str, sequences: int) -> None:
+def child(family, model_folder: str, states: str, sequences: int, route, allocator) -> None:
     """One family's pass in this process; prints {"seconds", "peak_mib"}."""
     import h5py
     from transformers import AutoModel
@@ -92,9 +110,22 @@ def child(family: str, model_folder: str, states: str, sequences: int) -> None:
     from attnscope.analyses.norms.corpus_pass import corpus_pass as norms
     from attnscope.architectures import canonical_weights
     from attnscope.core.store import HiddenStates
+    from attnscope.pipeline import runlog
+    from attnscope.pipeline.streamed_weights import streamed_model
 
-    model = AutoModel.from_pretrained(model_folder, attn_implementation="eager").eval()
-    weights = canonical_weights(model)
+    if allocator == "job":  # as `runlog.start` and `models.open_model` set it
+        runlog.keep_freed_memory()
+        if route == "layer-streamed":
+            runlog.release_freed_memory()
+    elif allocator == "release":
+        runlog.release_freed_memory()
+    if route == "layer-streamed":
+        model, weights = streamed_model(model_folder, "cpu")
+    else:
+        model = AutoModel.from_pretrained(model_folder, attn_implementation="eager").eval()
+        weights = canonical_weights(model)
+        for parameter in model.parameters():  # memory-mapped: page them in before the baseline
+            parameter.sum()
     with HiddenStates(states) as store, h5py.File(states + "-norms.h5", "w") as maps:
         Path("/proc/self/clear_refs").write_text("5")
         before = peak_kib()[0]
@@ -108,9 +139,10 @@ def child(family: str, model_folder: str, states: str, sequences: int) -> None:
     print(json.dumps({"seconds": seconds, "peak_mib": (peak_kib()[1] - before) / 1024}))
 
 
-def measure(family: str, model_folder: Path, states: Path, sequences: int) -> dict:
+def measure(family, model_folder: Path, states: Path, sequences: int, route, allocator) -> dict:
     command = [sys.executable, __file__, "--child", family, str(model_folder), str(states)]
-    done = subprocess.run([*command, str(sequences)], capture_output=True, text=True)
+    options = [str(sequences), "--route", route, "--allocator", allocator]
+    done = subprocess.run([*command, *options], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-3000:])
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -121,35 +153,53 @@ def main() -> None:
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--layers", type=int, default=4)
     parser.add_argument("--sequences", type=int, default=2)
-    parser.add_argument("--memory-sequences", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--memory-sequences", type=int, nargs="*", default=[1, 2, 4])
+    parser.add_argument("--depths", type=int, nargs="*", default=[])
+    parser.add_argument("--skip-time", action="store_true", help="no time rows")
+    parser.add_argument("--allocator", choices=("job", "release", "default"), default="job")
+    parser.add_argument("--route", default="whole-model", help="the child's route")
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--folder", type=Path, default=Path("/tmp/bench-attend"))
     parser.add_argument("--child", nargs=4, metavar=("FAMILY", "MODEL", "STATES", "N"))
     args = parser.parse_args()
     if args.child:
         family, model_folder, states, n = args.child
-        return child(family, model_folder, states, int(n))
+        return child(family, model_folder, states, int(n), args.route, args.allocator)
     args.folder.mkdir(parents=True, exist_ok=True)
-    print(f"n = {args.length}, {args.layers} layers, {torch.get_num_threads()} threads")
+    print(f"n = {args.length}, {args.layers} layers, {torch.get_num_threads()} threads, "
+          f"allocator {args.allocator}")  # fmt: skip
     print("shape     family  sequences  s/layer/sequence  attend/norms  peak MiB")
     for shape in args.shapes:
-        states = prepare(args.folder, shape, args.layers, args.sequences, args.length)
-        timed = {
-            f: measure(f, args.folder / shape, states, args.sequences) for f in ("norms", "attend")
-        }
-        per = {f: r["seconds"] / args.layers / args.sequences for f, r in timed.items()}
-        for family, result in timed.items():
-            ratio = f"{per['attend'] / per['norms']:.1f}" if family == "attend" else ""
-            print(f"{shape:9} {family:7} {args.sequences:9d}  {per[family]:16.3f}  {ratio:>12}"
-                  f"  {result['peak_mib']:8.0f}")  # fmt: skip
-        most = max(args.memory_sequences)
-        states = prepare(args.folder, shape, args.layers, most, args.length)
+        model = args.folder / name(shape, args.layers)
+        if not args.skip_time:
+            states = prepare(args.folder, shape, args.layers, args.sequences, args.length)
+            timed = {
+                f: measure(f, model, states, args.sequences, "whole-model", args.allocator)
+                for f in ("norms", "attend")
+            }
+            per = {f: r["seconds"] / args.layers / args.sequences for f, r in timed.items()}
+            for family, result in timed.items():
+                ratio = f"{per['attend'] / per['norms']:.1f}" if family == "attend" else ""
+                print(f"{shape:9} {family:7} {args.sequences:9d}  {per[family]:16.3f}  "
+                      f"{ratio:>12}  {result['peak_mib']:8.0f}")  # fmt: skip
+        if args.memory_sequences:
+            most = max(args.memory_sequences)
+            states = prepare(args.folder, shape, args.layers, most, args.length)
         for n in args.memory_sequences:
-            result = measure("attend", args.folder / shape, states, n)
+            result = measure("attend", model, states, n, "whole-model", args.allocator)
             per_layer = result["seconds"] / args.layers / n
             print(
                 f"{shape:9} attend  {n:9d}  {per_layer:16.3f}  {'':>12}  {result['peak_mib']:8.0f}"
             )
+        first = None
+        for depth in args.depths:
+            states = prepare(args.folder, shape, depth, 1, args.length)
+            folder = args.folder / name(shape, depth)
+            result = measure("attend", folder, states, 1, "layer-streamed", args.allocator)
+            first = first or result["peak_mib"]
+            print(f"{shape:9} attend, layer-streamed, {depth} layers, 1 sequence: "
+                  f"{result['seconds'] / depth:.3f} s/layer, peak {result['peak_mib']:.0f} MiB "
+                  f"({result['peak_mib'] / first:.2f} x {args.depths[0]} layers')")  # fmt: skip
 
 
 if __name__ == "__main__":

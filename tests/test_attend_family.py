@@ -19,7 +19,7 @@ from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CATEGORY_NAMES
 from attnscope.maps.attend import attend_split
 from attnscope.pipeline.extract import extract
-from conftest import tiny_model, write_tiny_encoded, write_tiny_store
+from conftest import tiny_model, write_tiny_encoded, write_tiny_model_run, write_tiny_store
 
 SEQUENCES = 2
 
@@ -98,14 +98,34 @@ def test_the_sums_equal_the_terms_of_attend_row_by_row(tmp_path, family):
                 k = sums.keys[layer + 1].index(keys)
                 got = sums.sums[layer + 1, head + 1]
                 close = dict(rtol=0, atol=1e-5 * size)
-                if keys == "attended":
-                    np.testing.assert_allclose(got["pairs"], total, **close)
+                np.testing.assert_allclose(got["pairs"][k], total, **close)
                 np.testing.assert_allclose(got["query"][k], total.sum(1), **close)
                 np.testing.assert_allclose(got["key"][k], total.sum(0), **close)
                 assert sums.rows[layer + 1][k] == rows
                 # the rotary bands (one where there is no rotation) sum to the same lift
                 bands = got["bands"][k]
                 np.testing.assert_allclose(bands.sum(), total.sum(), rtol=0, atol=1e-5 * size)
+            # the tables: every pair of a head and weighting (top_k above C^2), means per
+            # counted row, sum to its total; key_classes.tsv has them for every key class
+            for classes in (False, True):
+                table = sums.lift_table(top_k=10**6, classes=classes)
+                table = table[table["layer"] == layer + 1]
+                assert set(table["keys"]) == ({*key_classes(causal)} if classes else {"attended"})
+                for (head, keys), rows in table.groupby(["head", "keys"]):
+                    total, n_rows, size = want[head - 1, keys]
+                    pairs = rows[rows["side"] == "pair"]
+                    C = len(sums.components[layer + 1])
+                    assert len(pairs) == C * C and (rows["n_rows"] == n_rows).all()
+                    names = sums.components[layer + 1]
+                    index = [
+                        (names.index(q), names.index(k))
+                        for q, k in pairs[["query", "key"]].to_numpy()
+                    ]
+                    direct = np.array([total[c, d] for c, d in index]) / max(n_rows, 1)
+                    atol = 1e-5 * size / max(n_rows, 1)
+                    np.testing.assert_allclose(pairs["lift"], direct, rtol=0, atol=atol)
+                    whole = rows.loc[rows["side"] == "total", "lift"].item()
+                    np.testing.assert_allclose(pairs["lift"].sum(), whole, rtol=0, atol=atol)
     if family == "llama":
         assert sums.sums[1, 1]["bands"].shape[1] == weights.layers[0].d_head // 2
 
@@ -177,6 +197,34 @@ def test_a_layer_subset_store_gives_the_whole_stores_sums_for_its_layers(tmp_pat
     for key, sums in subset.sums.items():
         for name, value in sums.items():
             np.testing.assert_allclose(value, whole.sums[key][name], rtol=1e-4, atol=1e-6)
+
+
+def test_the_streamed_route_gives_the_same_sums_reading_no_layer_after_the_last_analysed(
+    tmp_path,
+):
+    """`loading: layer-streamed`: the sums of a `layers: [2]` store of a 4-layer Llama equal
+    the whole model's, and each sequence reads layers 1 and 2 only."""
+    from attnscope.pipeline.models import manifest_attrs, open_model, read_manifest
+
+    _, model, manifest = write_tiny_model_run(tmp_path, "llama", layers=4)
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", "llama")
+    path = tmp_path / "states-2.h5"
+    attrs = manifest_attrs(read_manifest(manifest))
+    extract(model, encoded, path, batch_size=3, device="cpu", layers=[2], attrs=attrs)
+    found = {}
+    for loading in ("whole-model", "layer-streamed"):
+        loaded = open_model(manifest, loading=loading)
+        with HiddenStates(path) as store:
+            found[loading] = corpus_pass(
+                store, loaded.weights, loaded.model, sequences=2, device="cpu",
+                max_rel_residual=1e-4,
+            )[0]  # fmt: skip
+    assert loaded.weights.layers.reads == 2 * 2  # 2 sequences x layers 1, 2
+    whole, streamed = found["whole-model"], found["layer-streamed"]
+    assert sorted(streamed.sums) == [(2, h) for h in range(1, 5)]
+    for key, sums in streamed.sums.items():
+        for name, value in sums.items():
+            np.testing.assert_allclose(value, whole.sums[key][name], rtol=1e-5, atol=1e-7)
 
 
 def direct_profiles(found, visible: torch.Tensor) -> torch.Tensor:

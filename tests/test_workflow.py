@@ -175,7 +175,10 @@ def check_attend_outputs(folder: Path, n_heads: int) -> dict[str, pd.DataFrame]:
     totals = lift[lift["side"] == "total"]
     assert len(totals) == 2 * n_heads and set(lift["keys"]) == {"attended"}
     assert {"pair", "query", "key"} <= set(lift["side"]) and (totals["share"] == 1).all()
-    assert (tables["key_classes"]["side"] != "pair").all()
+    classes = tables["key_classes"]  # the top pairs of every head and key class too
+    class_totals = classes[classes["side"] == "total"].set_index(["layer", "head", "keys"])
+    class_pairs = classes[classes["side"] == "pair"].groupby(["layer", "head", "keys"]).size()
+    assert sorted(class_pairs.index) == sorted(class_totals.index) and (class_pairs > 0).all()
     assert (folder / "figures/lift_pairs.png").stat().st_size > 1000
     assert (folder / "figures/trt_terms.png").stat().st_size > 1000
     return tables

@@ -12,9 +12,14 @@ largest over the sequences (`checks.ResidualLog`, relative):
     lift              per head and weighting, the lift summed over components and rows vs
                       sum_i sum_j W_ij s_ij from the real logits, relative to the sum over
                       those rows of max_j |s_ij|
-    lift pairs        the same for the attended keys' component pairs
-Memory: the split of one sequence, [C, n, d] (C up to 10 L), the lifts [H, C, n, d'] at one
-layer, and the sums of `LiftSums`.
+    lift pairs        the same for the component pairs of every weighting (the attended keys
+                      and each key class)
+The layers are walked in order for each sequence up to the last analysed one (on the
+layer-streamed route each of them is read once per sequence). Memory: the split of one
+sequence, [C, n, d] (C up to 10 L), the queries, keys and one weighting's lifts [H, C, n, d']
+at one layer, and the sums of `LiftSums`; none of it grows with the number of sequences.
+What grows with depth is C: the split, and the pair sums (`statistics`, K x H x C x C per
+layer).
 """
 
 from __future__ import annotations
@@ -83,14 +88,32 @@ def sequence_pass(store, s, weights, model, arch, device, sums: LiftSums, residu
     split = embedding_split(weights, inputs, embed_parts=True)
     X = _stored(store, 0, s, n, device)
     X = split.total() if X is None else X
-    for m in range(weights.n_layers):
+    last = max(store.layers)  # no layer after the last analysed one is read
+    for m in range(last + 1):
         layer = weights.layers[m]
         residuals.record(m + 1, "state", *residual(split.total()[None], X[None], mask))
         if m in store.layers:
             head_lifts(split, X, mask, category, layer, m, model, arch, sums, residuals)
+        if m == last:
+            break
         split = layer_split(split, X, mask, layer, m)
         following = _stored(store, m + 1, s, n, device)
         X = layer_forward(X[None], mask, layer)[0] if following is None else following
+
+
+def head_queries_keys(split, X, layer):
+    """Q, K [H, C, n, d'] of every head by component, the bias last (K with the key heads
+    repeated for grouped-query attention); each side's [C, H, n, d'] parts and the normed
+    split are freed before the next is made (the peak is a few [C, n, d]-sized tensors)."""
+    read = split.normed(layer.ln_attn if layer.pre_ln else None, X)
+    kv = [layer.kv_head(h) for h in range(layer.n_heads)]
+    parts, bias = qk_split(read, X, layer, "q")
+    Q = torch.cat([parts, bias[None]]).transpose(0, 1).contiguous()
+    del parts
+    parts, bias = qk_split(read, X, layer, "k")
+    del read
+    K = torch.cat([parts, bias[None]])[:, kv].transpose(0, 1).contiguous()
+    return Q, K
 
 
 def head_lifts(split, X, mask, category, layer, m, model, arch, sums, residuals) -> None:
@@ -102,12 +125,7 @@ def head_lifts(split, X, mask, category, layer, m, model, arch, sums, residuals)
     visible = layer_visible_pairs(mask, layer)[0]
     keys, W, rows = key_weights(alpha, visible, category, layer.causal)
     sums.count(m + 1, rows)
-    read = split.normed(layer.ln_attn if layer.pre_ln else None, X)
-    kv = [layer.kv_head(h) for h in range(layer.n_heads)]
-    q_parts, q_bias = qk_split(read, X, layer, "q")
-    k_parts, k_bias = qk_split(read, X, layer, "k")
-    Q = torch.cat([q_parts, q_bias[None]]).transpose(0, 1).contiguous()  # [H, C, n, d']
-    K = torch.cat([k_parts, k_bias[None]])[:, kv].transpose(0, 1).contiguous()
+    Q, K = head_queries_keys(split, X, layer)
     band = rotary_bands(layer.rotary, layer.d_head).to(X.device)
     found = lift_sums(Q, K, W, layer.scale, band)
     q, k = (t[0] for t in queries_keys(X[None], layer))  # [H, n, d'], keys per query head
@@ -115,10 +133,10 @@ def head_lifts(split, X, mask, category, layer, m, model, arch, sums, residuals)
     want = row_lifts(logits, W).sum(-1)  # [H, K]
     size = ((logits.abs() * visible).amax(-1)[:, None] * rows).sum(-1)  # sum_i max_j |s_ij|
     tiny = torch.finfo(size.dtype).tiny
-    pairs = found["pairs"].sum((-1, -2))[:, None]
+    pairs = found["pairs"].sum((-1, -2))  # [H, K]
     for stage, got in (("lift", found["query"].sum(-1)), ("lift pairs", pairs)):
-        diff = (got - want[:, : got.shape[1]]).abs()
-        relative = diff / size[:, : got.shape[1]].clamp_min(tiny)
+        diff = (got - want).abs()
+        relative = diff / size.clamp_min(tiny)
         residuals.record(m + 1, stage, float(diff.max()), float(relative.max()))
     names = [*split.names, BIAS]
     if has_learned_positions(names):

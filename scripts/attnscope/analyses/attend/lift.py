@@ -11,10 +11,10 @@ q_i(c) . k_j(c')). The terms are bilinear, so with W = w - u (u_ij = 1 / |V_i| o
 
     lift_i(c, c') = scale q_i(c) . dk_i(c'),      dk_i(c') = sum_j W_ij k_j(c'),
 
-at a cost of C n^2 d' + C^2 n d' per head instead of n^2 C^2 (`attended_pairs`, for the
-attended keys), and of C n d' + n^2 d' for the sums over one side's components (`marginals`,
-for every weighting). Summed over c and c' it is sum_j W_ij s_ij, the row's logit at those
-keys above its mean over V_i (logit units).
+at a cost of C n^2 d' + C^2 n d' per head and weighting instead of n^2 C^2 (the pairs,
+`lift_sums`), and of C n d' + n^2 d' for the sums over one side's components (the
+marginals). Summed over c and c' it is sum_j W_ij s_ij, the row's logit at those keys above
+its mean over V_i (logit units).
 
 The weightings (`key_weights`), each on the keys of V_i only:
     attended   w = alpha, the head's own weights
@@ -71,15 +71,21 @@ def lift_sums(Q, K, W, scale: float, band: torch.Tensor) -> dict[str, torch.Tens
     k_j(c') of each head as `maps.attend` carries them; K with the key heads repeated for
     grouped-query attention), W [H, K, n, n] (`key_weights`, the attended keys first), band
     [d'] (`canonical.rotary_bands`) ->
-        pairs  [H, C, C]  sum_i scale q_i(c) . dk_i(c') of the attended keys
+        pairs  [H, K, C, C]  sum_i scale q_i(c) . dk_i(c') of every weighting
         query  [H, K, C]  sum_i scale q_i(c) . dk_i, dk_i summed over components
         key    [H, K, C]  sum_j scale (sum_i W_ij q_i) . k_j(c'), q_i summed over components
         bands  [H, K, B]  sum_i scale q_i[b] . dk_i[b], summed over components
-    The pairs cost C n^2 d' + C^2 n d' per head, the rest C n d' + n^2 d' per weighting."""
+    The pairs cost C n^2 d' + C^2 n d' per head and weighting (one weighting's dk [H, C, n, d']
+    held at a time), the rest C n d' + n^2 d' per weighting."""
     H, C = Q.shape[:2]
     flat = Q.reshape(H, C, -1)
-    dk = W[:, 0, None] @ K  # [H, C, n, d']
-    pairs = flat @ dk.reshape(H, C, -1).transpose(1, 2)
+    pairs = torch.stack(
+        [
+            flat @ (W[:, k, None] @ K).reshape(H, C, -1).transpose(1, 2)  # dk [H, C, n, d']
+            for k in range(W.shape[1])
+        ],
+        1,
+    )
     q, k = Q.sum(1), K.sum(1)  # [H, n, d']
     dk_sum = W @ k[:, None]  # [H, K, n, d']
     qw = W.transpose(-1, -2) @ q[:, None]  # sum_i W_ij q_i  [H, K, n, d']

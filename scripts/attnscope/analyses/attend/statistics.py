@@ -2,19 +2,25 @@
 
 Per layer and head, for each weighting (`lift.key_weights`: attended, first, previous, ...):
 the lift summed over the counted rows of every sequence per query-side and per key-side
-component (the marginals), per component pair [C, C] for the attended keys, per rotary
-band, and the number of rows. The tables give means per counted row (logit units):
+component (the marginals), per component pair [C, C], per rotary band, and the number of
+rows. The tables give means per counted row (logit units):
 
     lift.tsv, key_classes.tsv   layer head keys side query key n_rows lift share
         side total  one row: the whole lift (query and key "all"), share 1
-             pair   the top_k component pairs by |lift| (query-side, key-side name;
-                    lift.tsv only)
+             pair   the top_k component pairs by |lift| (query-side, key-side name)
              query  the top_k query-side components, summed over key-side ones (key "all")
              key    the top_k key-side components, summed over query-side ones (query "all")
         share = lift / the total lift of that head and weighting (signed)
     bands.tsv   layer head keys band n_rows lift share (rotary models)
     trt_terms.tsv   layer head pair t value: the tr_t profile of each embedding term pair
                 (`trt_terms.PROFILES`), the mean over sequences (learned-position models)
+
+Memory: the pair sums dominate, K x H x C_l x C_l float64 at each analysed layer l (K
+weightings: 4 for decoders, 7 for encoders; H heads; C_l = 2 + (l - 1)(H + 1) components
+with one embedding component), whatever the number of sequences (added in place). All
+layers of SmolLM2-135M (30 layers, 9 heads, C up to 292): about 250 MB; of MiniLM-L6 (6
+layers, 12 heads, C up to 69, 3 embedding parts): about 7 MB; of Llama-3.2-1B (16 layers, 32
+heads, C up to 497): about 1.4 GB (a `layers:` subset keeps only its layers).
 """
 
 from __future__ import annotations
@@ -43,13 +49,16 @@ class LiftSums:
 
     def add(self, layer: int, head: int, names, keys, pairs, query, key, bands) -> None:
         """layer, head 1-based; names [C]; keys [K]; the sums over one sequence's rows:
-        pairs [C, C] (attended keys), query and key [K, C] (marginals), bands [K, B]."""
+        pairs [K, C, C], query and key [K, C] (marginals), bands [K, B]."""
         self.components[layer], self.keys[layer] = list(names), list(keys)
         new = {"pairs": pairs, "query": query, "key": key, "bands": bands}
         old = self.sums.setdefault((layer, head), {})
         for name, value in new.items():
             value = value.double().cpu().numpy()
-            old[name] = old[name] + value if name in old else value
+            if name in old:
+                old[name] += value
+            else:
+                old[name] = value
 
     def count(self, layer: int, rows: torch.Tensor) -> None:
         """rows [K, n] bool: the rows of one sequence that count for each weighting."""
@@ -80,9 +89,7 @@ class LiftSums:
                 if (keys != ATTENDED) != classes:
                     continue
                 n_rows = int(self.rows[layer][k])
-                mean = {name: sums[name][k] / max(n_rows, 1) for name in ("query", "key")}
-                if keys == ATTENDED:
-                    mean["pairs"] = sums["pairs"] / max(n_rows, 1)
+                mean = {name: sums[name][k] / max(n_rows, 1) for name in ("pairs", "query", "key")}
                 for row in head_rows(mean, names, top_k):
                     out.append([layer, head, keys, *row[:3], n_rows, *row[3:]])
         return pd.DataFrame(out, columns=COLUMNS)
@@ -106,16 +113,15 @@ def share(value: float, total: float) -> float:
 
 def head_rows(mean: dict[str, np.ndarray], names: list[str], top_k: int):
     """(side, query, key, lift, share) rows of one head and weighting from its mean lift per
-    row: `query` and `key` [C] (the marginals) and, where given, `pairs` [C, C]: the total,
-    the top_k pairs and the top_k components of each side."""
+    row: `query` and `key` [C] (the marginals) and `pairs` [C, C]: the total, the top_k pairs
+    and the top_k components of each side."""
     total = float(mean["query"].sum())
     yield "total", ALL, ALL, total, share(total, total)
-    if "pairs" in mean:
-        pairs = mean["pairs"]
-        flat = np.argsort(-np.abs(pairs), axis=None, kind="stable")[:top_k]
-        for c, d in zip(*np.unravel_index(flat, pairs.shape), strict=True):
-            value = float(pairs[c, d])
-            yield "pair", names[c], names[d], value, share(value, total)
+    pairs = mean["pairs"]
+    flat = np.argsort(-np.abs(pairs), axis=None, kind="stable")[:top_k]
+    for c, d in zip(*np.unravel_index(flat, pairs.shape), strict=True):
+        value = float(pairs[c, d])
+        yield "pair", names[c], names[d], value, share(value, total)
     for side in ("query", "key"):
         marginal = mean[side]
         for c in np.argsort(-np.abs(marginal), kind="stable")[:top_k]:
