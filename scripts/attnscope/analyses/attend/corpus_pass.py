@@ -31,7 +31,7 @@ import torch
 from attnscope.analyses.attend.lift import key_weights, lift_sums, row_lifts
 from attnscope.analyses.attend.statistics import LiftSums
 from attnscope.analyses.attend.trt_terms import has_learned_positions, term_profiles
-from attnscope.architectures import architecture
+from attnscope.architectures import ModelLayer, architecture
 from attnscope.core.attention import (
     attention_output,
     attention_probs,
@@ -90,10 +90,11 @@ def sequence_pass(store, s, weights, model, arch, device, sums: LiftSums, residu
     X = split.total() if X is None else X
     last = max(store.layers)  # no layer after the last analysed one is read
     for m in range(last + 1):
-        layer = weights.layers[m]
+        handle = ModelLayer(model, weights, m)
+        layer = handle.weights
         residuals.record(m + 1, "state", *residual(split.total()[None], X[None], mask))
         if m in store.layers:
-            head_lifts(split, X, mask, category, layer, m, model, arch, sums, residuals)
+            head_lifts(split, X, mask, category, handle, sums, residuals)
         if m == last:
             break
         split = layer_split(split, X, mask, layer, m)
@@ -116,11 +117,12 @@ def head_queries_keys(split, X, layer):
     return Q, K
 
 
-def head_lifts(split, X, mask, category, layer, m, model, arch, sums, residuals) -> None:
-    """Every head's lift at layer m (0-based) of one sequence."""
+def head_lifts(split, X, mask, category, handle: ModelLayer, sums, residuals) -> None:
+    """Every head's lift at layer `handle.index` (0-based) of one sequence."""
+    layer, m = handle.weights, handle.index
     alpha = attention_probs(X[None], mask, layer)[0]  # [H, n, n]
     y = attention_output(alpha[None], value_vectors(X[None], layer), layer)
-    y_real = arch.attention_output(model, m, X[None], mask)
+    y_real = handle.attention_output(X[None], mask)
     residuals.add(m + 1, "attention output", y, y_real, mask)
     visible = layer_visible_pairs(mask, layer)[0]
     keys, W, rows = key_weights(alpha, visible, category, layer.causal)
