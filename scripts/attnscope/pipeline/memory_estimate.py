@@ -19,9 +19,9 @@ and float32 values (4 bytes), the terms are:
     attend_compute         2 C n d 4, C = 2 + L (H + 1)   one sequence's split, both sides
 
 Against `benchmarks/bench_length.py`'s measured peaks above the step's start (one sequence,
-SmolLM2's shape): weights_stats 704 MiB at n = 4,096 against 832 estimated, norms 1,748
-against 1,937, mixing 1,380 at n = 2,048 against 1,328; `tests/test_memory_estimate.py`
-measures four jobs at a small width. The weights' gradients, the propagation
+SmolLM2's shape, docs/benchmarks.md): weights_stats 744 MiB at n = 4,096 against 832
+estimated, norms 1,756 against 1,937, mixing 1,400 at n = 2,048 against 1,328;
+`tests/test_memory_estimate.py` measures four jobs at a small width. The weights' gradients, the propagation
 (`memory_budget_mb` and per layer B n^2 float64 norms) and the views are not estimated.
 """
 
