@@ -21,8 +21,9 @@ and float32 values (4 bytes), the terms are:
 Against `benchmarks/bench_length.py`'s measured peaks above the step's start (one sequence,
 SmolLM2's shape, docs/benchmarks.md): weights_stats 744 MiB at n = 4,096 against 832
 estimated, norms 1,756 against 1,937, mixing 1,400 at n = 2,048 against 1,328;
-`tests/test_memory_estimate.py` measures four jobs at a small width. The weights' gradients, the propagation
-(`memory_budget_mb` and per layer B n^2 float64 norms) and the views are not estimated.
+`tests/test_memory_estimate.py` measures four jobs at a small width. The weights'
+gradients, the propagation (`memory_budget_mb` and per layer B n^2 float64 norms) and the
+views are not estimated.
 """
 
 from __future__ import annotations
