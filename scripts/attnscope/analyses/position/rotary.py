@@ -240,7 +240,7 @@ class RotaryStatistics:
         pairs = inverse.reshape(H, -1)  # a product per head: faster than one bmm on CPU
         shares = torch.stack([scores[h].view(K, -1) @ pairs[h] for h in range(H)])  # [H, K]
         self.share_sums += shares.double()
-        self._add_offsets(self.squares, scores.square_().sum(2))
+        self._add_offsets(self.squares, scores.mul_(scores).sum(2))  # mul_: square_ is slow
 
     def _add_offsets(self, into: torch.Tensor, by_column: torch.Tensor) -> None:
         """Add per-offset sums [..., T] in a block's column order (offset T - 1 - u) to an
