@@ -388,6 +388,7 @@ def test_entry_script(minilm, tmp_path):
         params=SimpleNamespace(settings={"kind": "gap", "n_sequences": 4}),
         wildcards=SimpleNamespace(corpus="gap"),
         output=[str(out)],
+        config={},
         log=[],
         rule="encode_corpus",
     )
