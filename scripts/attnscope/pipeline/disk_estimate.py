@@ -94,15 +94,21 @@ def shard_file_sizes(
     return sizes
 
 
-def planned_files(config: dict, families: dict[str, Family], results: Path) -> list[PlannedFile]:
-    """The large files of every model with a local folder and every corpus an analysis reads
-    (hub models still to fetch are sized when extraction runs)."""
+def corpus_readers(config: dict, families: dict[str, Family]) -> dict[str, list[Family]]:
+    """{corpus: the enabled families that read it}."""
     readers: dict[str, list[Family]] = {}
     for name, family in families.items():
         settings = config["analyses"][name]
         if settings.get("enabled", True):
             for corpus in family.corpora(settings):
                 readers.setdefault(corpus, []).append(family)
+    return readers
+
+
+def planned_files(config: dict, families: dict[str, Family], results: Path) -> list[PlannedFile]:
+    """The large files of every model with a local folder and every corpus an analysis reads
+    (hub models still to fetch are sized when extraction runs)."""
+    readers = corpus_readers(config, families)
     planned = []
     for model, spec in config["models"].items():
         model_config = local_model_config(model, spec, config["mirror"])

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from attnscope.architectures import architecture
 from attnscope.core.layer_selection import whole_model
-from attnscope.pipeline.disk_estimate import model_shape, readable
+from attnscope.pipeline.disk_estimate import corpus_readers, model_shape, readable
 from attnscope.pipeline.models import local_model_config
 from attnscope.pipeline.outputs import Family
 from attnscope.pipeline.user_config import corpus_for_model
@@ -80,12 +80,10 @@ def family_jobs(config: dict, family: str) -> dict[str, int]:
 
 def estimate(config: dict, families: dict[str, Family]) -> list[JobMemory]:
     """The largest estimated job of every model with a local folder and every corpus read."""
-    readers: dict[str, dict[str, int]] = {}
-    for name, family in families.items():
-        settings = config["analyses"][name]
-        if settings.get("enabled", True):
-            for corpus in family.corpora(settings):
-                readers.setdefault(corpus, {}).update(family_jobs(config, name))
+    readers = {  # {corpus: {job: sequences per batch}}
+        corpus: {job: B for f in read_by for job, B in family_jobs(config, f.name).items()}
+        for corpus, read_by in corpus_readers(config, families).items()
+    }
     largest = []
     for model, spec in config["models"].items():
         model_config = local_model_config(model, spec, config["mirror"])
