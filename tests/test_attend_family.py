@@ -364,3 +364,59 @@ def test_the_trt_terms_figure_draws_the_heads_with_the_strongest_peaks():
     fig = trt_terms(table, title="tiny", figure_heads=1)
     assert len(fig.axes) == 2 and fig.axes[0].get_title().startswith("L1 H2")
     plt.close(fig)
+
+
+def test_the_lift_pairs_figure_draws_the_attended_and_the_chosen_class_pairs():
+    """Head (2, 1) lifts the first position most, head (1, 2) the previous token: each gets a
+    column whose upper panel is its attended keys' pair grid and whose lower panel is the
+    grid of the class it was chosen for, each pair at its place (0 where not a top pair)."""
+    import matplotlib.pyplot as plt
+
+    from attnscope.analyses.attend.plots import chosen_heads, lift_pairs
+
+    columns = ["layer", "head", "keys", "side", "query", "key", "n_rows", "lift", "share"]
+
+    def rows(layer, head, keys, total, pairs):
+        out = [[layer, head, keys, "total", "all", "all", 10, total, 1.0]]
+        out += [[layer, head, keys, "pair", q, k, 10, v, v / total] for q, k, v in pairs]
+        return out
+
+    lift, classes = [], []
+    for layer, head in ((1, 2), (2, 1)):
+        lift += rows(
+            layer, head, "attended", 4.0, [("embed", "embed", 3.0), ("L1.FF", "bias", 1.0)]
+        )
+    classes += rows(2, 1, "first", 9.0, [("L1.FF", "L1.H1", 7.0), ("bias", "embed", 2.0)])
+    classes += rows(1, 2, "first", 1.0, [("embed", "embed", 1.0)])
+    classes += rows(1, 2, "previous", 5.0, [("embed", "embed", -5.0), ("bias", "bias", 10.0)])
+    classes += rows(2, 1, "previous", 0.5, [("embed", "embed", 0.5)])
+    lift, classes = pd.DataFrame(lift, columns=columns), pd.DataFrame(classes, columns=columns)
+    assert chosen_heads(classes, figure_heads=1) == [("first", 2, 1), ("previous", 1, 2)]
+    fig = lift_pairs(lift, classes, title="tiny", figure_heads=1)
+    panels = [ax for ax in fig.axes if ax.get_images()]
+    assert len(panels) == 4  # 2 rows x 2 heads, in row-major order
+    upper_first, upper_previous, lower_first, lower_previous = panels
+    assert "attended keys: lift 4.00" in upper_first.get_title()
+    assert "first keys: lift 9.00" in lower_first.get_title()
+    assert "previous keys: lift 5.00" in lower_previous.get_title()
+
+    def grid(ax):
+        labels = (
+            [t.get_text() for t in ax.get_yticklabels()],
+            [t.get_text() for t in ax.get_xticklabels()],
+        )
+        values = np.asarray(ax.get_images()[0].get_array())
+        return {
+            (q, k): values[i, j] for i, q in enumerate(labels[0]) for j, k in enumerate(labels[1])
+        }
+
+    assert grid(lower_first) == {
+        ("L1.FF", "L1.H1"): 7.0,
+        ("L1.FF", "embed"): 0.0,
+        ("bias", "L1.H1"): 0.0,
+        ("bias", "embed"): 2.0,
+    }
+    assert grid(upper_previous)[("L1.FF", "bias")] == 1.0
+    assert grid(lower_previous)[("bias", "bias")] == 10.0
+    assert grid(lower_previous)[("embed", "embed")] == -5.0
+    plt.close(fig)

@@ -124,13 +124,21 @@ def attend_lines(results: Path, model: str) -> list[str]:
         head = rows[(rows["layer"] == top["layer"]) & (rows["head"] == top["head"])]
         query = largest(head[head["side"] == "query"])
         key = largest(head[head["side"] == "key"])
-        lines.append(
+        line = (
             f"the head that lifts {what} most above the rest of its row, "
             f"L{top['layer']} H{top['head']} (by {top['lift']:.1f} in the logit, mean over "
             f"rows), owes it most to {query['query']} on the query side "
             f"({100 * query['share']:.0f}% of the lift) and {key['key']} on the key side "
             f"({100 * key['share']:.0f}%)"
         )
+        pairs = head[head["side"] == "pair"]
+        if len(pairs):
+            pair = largest(pairs)
+            line += (
+                f"; its largest component pair is {pair['query']} × {pair['key']} "
+                f"({100 * pair['share']:.0f}%)"
+            )
+        lines.append(line)
     return lines
 
 

@@ -22,26 +22,43 @@ def chosen_heads(key_classes: pd.DataFrame, figure_heads: int) -> list[tuple[str
     return out
 
 
+def pair_grid(rows: pd.DataFrame) -> pd.DataFrame:
+    """The top component pairs of one head and weighting as a grid: query-side components
+    (rows) x key-side components (columns), mean lift per row (logit units), 0 where a pair
+    is not among the top ones."""
+    pairs = rows[rows["side"] == "pair"]
+    grid = pairs.pivot_table(index="query", columns="key", values="lift", aggfunc="sum")
+    return grid.fillna(0.0)
+
+
+def draw_grid(ax, grid: pd.DataFrame, fig) -> None:
+    bound = float(np.abs(grid.to_numpy()).max()) if grid.size else 0.0
+    image = ax.imshow(grid.to_numpy(), cmap="RdBu_r", vmin=-(bound or 1.0), vmax=bound or 1.0)
+    ax.set_xticks(range(grid.shape[1]), grid.columns, rotation=90, fontsize="x-small")
+    ax.set_yticks(range(grid.shape[0]), grid.index, fontsize="x-small")
+    ax.set(xlabel="key-side component", ylabel="query-side component")
+    ax.grid(False)
+    fig.colorbar(image, ax=ax, shrink=0.7, label="lift (logit)")
+
+
 def lift_pairs(lift: pd.DataFrame, key_classes: pd.DataFrame, title: str, figure_heads: int):
-    """Per chosen head: its top component pairs (query-side rows, key-side columns) of the
-    mean lift of the attended keys above the rest (logit units, 0 where a pair is not among
-    the top ones)."""
+    """Per chosen head (`chosen_heads`), two panels of its top component pairs (`pair_grid`):
+    above, what lifts the keys it attends to (alpha-weighted) above the rest of the row;
+    below, what lifts the key class it was chosen for (the first position, the previous
+    token)."""
     heads = chosen_heads(key_classes, figure_heads)
-    fig, axes = plt.subplots(1, len(heads), figsize=(4.2 * len(heads), 4.2), squeeze=False)
-    for ax, (keys, layer, head) in zip(axes[0], heads, strict=True):
-        rows = lift[(lift["layer"] == layer) & (lift["head"] == head)]
-        pairs = rows[rows["side"] == "pair"]
-        grid = pairs.pivot_table(index="query", columns="key", values="lift", aggfunc="sum")
-        grid = grid.fillna(0.0)
-        bound = float(np.abs(grid.to_numpy()).max()) or 1.0
-        image = ax.imshow(grid.to_numpy(), cmap="RdBu_r", vmin=-bound, vmax=bound)
-        ax.set_xticks(range(grid.shape[1]), grid.columns, rotation=90, fontsize="x-small")
-        ax.set_yticks(range(grid.shape[0]), grid.index, fontsize="x-small")
-        ax.set(xlabel="key-side component", ylabel="query-side component")
-        ax.grid(False)
-        total = float(rows.loc[rows["side"] == "total", "lift"].iloc[0])
-        ax.set_title(f"L{layer} H{head} (top {keys} head)\nlift {total:.2f}", fontsize="small")
-        fig.colorbar(image, ax=ax, shrink=0.7, label="lift (logit)")
+    fig, axes = plt.subplots(2, len(heads), figsize=(4.2 * len(heads), 8.4), squeeze=False)
+    for column, (keys, layer, head) in enumerate(heads):
+        for row, (table, weighting) in enumerate(((lift, "attended"), (key_classes, keys))):
+            rows = table[
+                (table["layer"] == layer) & (table["head"] == head) & (table["keys"] == weighting)
+            ]
+            draw_grid(axes[row][column], pair_grid(rows), fig)
+            total = float(rows.loc[rows["side"] == "total", "lift"].iloc[0])
+            axes[row][column].set_title(
+                f"L{layer} H{head} (top {keys} head)\n{weighting} keys: lift {total:.2f}",
+                fontsize="small",
+            )
     fig.suptitle(title)
     fig.tight_layout()
     return fig
