@@ -34,11 +34,12 @@ top of the model and its inputs; the time is the pass's wall time.
              peaks' ratio to the first depth's. One layer's weights are held whatever the
              depth, but the split of a sequence, [C, n, d] with C = 2 + L (H + 1) after L
              layers, and the pair sums of `statistics.LiftSums`, K x H x C x C per layer, grow
-             with it by design
+             with it by design; with `--window w` (`component_window`) C is bounded, and
+             only the pair sums' count of layers (small) grows
 
 Run: .venv/bin/python benchmarks/bench_attend.py [--shapes smollm2 llama-1b] [--layers 4]
      [--sequences 2] [--memory-sequences 1 2 4] [--length 128] [--folder /tmp/bench-attend]
-     [--depths 4 8] [--skip-time] [--allocator job|release|default]
+     [--depths 4 8] [--window 2] [--skip-time] [--allocator job|release|default]
 """
 
 from __future__ import annotations
@@ -101,7 +102,7 @@ def peak_kib() -> tuple[int, int]:
     return int(field["VmRSS"].split()[0]), int(field["VmHWM"].split()[0])
 
 
-def child(family, model_folder: str, states: str, sequences: int, route, allocator) -> None:
+def child(family, model_folder: str, states: str, sequences: int, route, allocator, window):
     """One family's pass in this process; prints {"seconds", "peak_mib"}."""
     import h5py
     from transformers import AutoModel
@@ -131,7 +132,8 @@ def child(family, model_folder: str, states: str, sequences: int, route, allocat
         before = peak_kib()[0]
         start = time.perf_counter()
         if family == "attend":
-            attend(store, weights, model, sequences=sequences, device="cpu", max_rel_residual=BOUND)
+            attend(store, weights, model, sequences=sequences, device="cpu",
+                   max_rel_residual=BOUND, window=window)  # fmt: skip
         else:
             norms(store, weights, model, maps, batch_size=4, device="cpu", sample_size=1000000,
                   seed=0, max_rel_residual=BOUND)  # fmt: skip
@@ -139,9 +141,9 @@ def child(family, model_folder: str, states: str, sequences: int, route, allocat
     print(json.dumps({"seconds": seconds, "peak_mib": (peak_kib()[1] - before) / 1024}))
 
 
-def measure(family, model_folder: Path, states: Path, sequences: int, route, allocator) -> dict:
+def measure(family, model_folder: Path, states: Path, sequences: int, route, allocator, window=0):
     command = [sys.executable, __file__, "--child", family, str(model_folder), str(states)]
-    options = [str(sequences), "--route", route, "--allocator", allocator]
+    options = [str(sequences), "--route", route, "--allocator", allocator, "--window", str(window)]
     done = subprocess.run([*command, *options], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-3000:])
@@ -157,6 +159,7 @@ def main() -> None:
     parser.add_argument("--depths", type=int, nargs="*", default=[])
     parser.add_argument("--skip-time", action="store_true", help="no time rows")
     parser.add_argument("--allocator", choices=("job", "release", "default"), default="job")
+    parser.add_argument("--window", type=int, default=0, help="component_window of the depths")
     parser.add_argument("--route", default="whole-model", help="the child's route")
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--folder", type=Path, default=Path("/tmp/bench-attend"))
@@ -164,7 +167,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.child:
         family, model_folder, states, n = args.child
-        return child(family, model_folder, states, int(n), args.route, args.allocator)
+        return child(family, model_folder, states, int(n), args.route, args.allocator, args.window)
     args.folder.mkdir(parents=True, exist_ok=True)
     print(f"n = {args.length}, {args.layers} layers, {torch.get_num_threads()} threads, "
           f"allocator {args.allocator}")  # fmt: skip
@@ -195,9 +198,11 @@ def main() -> None:
         for depth in args.depths:
             states = prepare(args.folder, shape, depth, 1, args.length)
             folder = args.folder / name(shape, depth)
-            result = measure("attend", folder, states, 1, "layer-streamed", args.allocator)
+            result = measure(
+                "attend", folder, states, 1, "layer-streamed", args.allocator, args.window
+            )
             first = first or result["peak_mib"]
-            print(f"{shape:9} attend, layer-streamed, {depth} layers, 1 sequence: "
+            print(f"{shape:9} attend, layer-streamed, window {args.window}, {depth} layers: "
                   f"{result['seconds'] / depth:.3f} s/layer, peak {result['peak_mib']:.0f} MiB "
                   f"({result['peak_mib'] / first:.2f} x {args.depths[0]} layers')")  # fmt: skip
 

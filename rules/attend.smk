@@ -34,6 +34,7 @@ rule attend_compute:
         slurm_partition=partition,
     params:
         sequences=ATTEND["sequences"],
+        component_window=ATTEND["component_window"],
         top_k=ATTEND["top_k"],
     script:
         "../scripts/attend_compute.py"

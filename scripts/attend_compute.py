@@ -18,6 +18,7 @@ with HiddenStates(job.input.hidden_states) as store:
         sequences=params.sequences,
         device=loaded.device,
         max_rel_residual=job.bound("attend"),
+        window=params.component_window,
         log=log,
     )
 write_table(sums.lift_table(params.top_k, classes=False), output.lift)

@@ -420,3 +420,48 @@ def test_the_lift_pairs_figure_draws_the_attended_and_the_chosen_class_pairs():
     assert grid(lower_previous)[("bias", "bias")] == 10.0
     assert grid(lower_previous)[("embed", "embed")] == -5.0
     plt.close(fig)
+
+
+@pytest.mark.parametrize("family", ["bert", "llama", "mixtral"])
+def test_a_component_window_merges_the_earlier_layers_exactly(tmp_path, family):
+    """`window` 1 on a 4-layer model: at layer l the components of layers 1 .. l - 2 are two,
+    `L1-{l-2}.heads` and `L1-{l-2}.FF`; every sum equals the whole split's summed over the
+    members of each merged component (the split is linear), and C no longer grows."""
+    model = tiny_model(family, layers=4)
+    weights = canonical_weights(model)
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", family)
+    path = tmp_path / "states.h5"
+    extract(model, encoded, path, batch_size=3, device="cpu")
+    found = {}
+    with HiddenStates(path) as store:
+        for window in (0, 1):
+            found[window] = corpus_pass(
+                store, weights, model, sequences=2, device="cpu", max_rel_residual=1e-4,
+                window=window,
+            )[0]  # fmt: skip
+    whole, windowed = found[0], found[1]
+    embed = [c for c in whole.components[1] if c.startswith("embed")]
+    H = weights.n_heads
+    for layer in (1, 2):  # nothing to merge yet
+        assert windowed.components[layer] == whole.components[layer]
+    for layer in (3, 4):
+        names = windowed.components[layer]
+        last = layer - 2
+        assert names[: len(embed) + 2] == [*embed, f"L1-{last}.heads", f"L1-{last}.FF"]
+        group = np.zeros((len(whole.components[layer]), len(names)))
+        for c, name in enumerate(whole.components[layer]):
+            layer_of = int(name[1:].split(".")[0]) if name.startswith("L") else None
+            if layer_of is not None and layer_of <= last:
+                kind = "FF" if name.split(".")[1] == "FF" else "heads"
+                group[c, names.index(f"L1-{last}.{kind}")] = 1
+            else:
+                group[c, names.index(name)] = 1
+        for head in range(1, H + 1):
+            full, merged = whole.sums[(layer, head)], windowed.sums[(layer, head)]
+            np.testing.assert_allclose(
+                merged["pairs"], group.T @ full["pairs"] @ group, rtol=1e-4, atol=1e-6
+            )
+            for side in ("query", "key"):
+                np.testing.assert_allclose(merged[side], full[side] @ group, rtol=1e-4, atol=1e-6)
+            np.testing.assert_allclose(merged["bands"], full["bands"], rtol=1e-4, atol=1e-6)
+    assert len(windowed.components[4]) == len(windowed.components[3])

@@ -148,6 +148,30 @@ class _Split:
             self.bias + other.bias,
         )
 
+    def grouped(self, last: int) -> _Split:
+        """Every component written by layers 1 .. `last` merged into two: `L1-{last}.heads`
+        (their heads) and `L1-{last}.FF` (their FF blocks, experts included), in the place of
+        layer 1's components; the rest unchanged. The sum is the same, so the split
+        stays exact; C stops growing with depth when `last` follows the layer.  [C', n, d]"""
+        groups: dict[str, list[int]] = {}
+        for c, name in enumerate(self.names):
+            layer = written_by(name)
+            if layer is not None and layer <= last:
+                kind = "FF" if name.split(".", 1)[1].startswith("FF") else "heads"
+                groups.setdefault(f"L1-{last}.{kind}", []).append(c)
+            else:
+                groups[name] = [c]
+        parts = torch.stack([self.parts[members].sum(0) for members in groups.values()])
+        return _Split(list(groups), parts, self.bias)
+
+
+def written_by(name: str) -> int | None:
+    """The last layer (1-based) whose output a component holds: `L3.H5` -> 3, `L1-4.FF` ->
+    4; None for the embedding components."""
+    if not name.startswith("L"):
+        return None
+    return int(name[1:].split(".", 1)[0].split("-")[-1])
+
 
 def _normed(parts, bias, norm: CanonicalLayerNorm, total):
     """gamma C(part) / s per part, gamma C(bias) / s + beta; s from `total` (last axis)."""

@@ -17,6 +17,7 @@ and float32 values (4 bytes), the terms are:
     mixing_compute         A + 10 M + budget       alpha, the seven scope maps, the chunks
                            (the mixing family's batch_size)
     attend_compute         2 C n d 4, C = 2 + L (H + 1)   one sequence's split, both sides
+                           (a `component_window` w > 0: C = 2 + min(L, w + 1) (H + 1))
 
 Against `benchmarks/bench_length.py`'s measured peaks above the step's start (one sequence,
 SmolLM2's shape, docs/benchmarks.md): weights_stats 744 MiB at n = 4,096 against 832
@@ -50,17 +51,20 @@ class JobMemory:
     bytes: int  # working memory beside the model's weights
 
 
-def job_bytes(job: str, B: int, n: int, L: int, H: int, d: int, budget_mb: float) -> int:
+def job_bytes(
+    job: str, B: int, n: int, L: int, H: int, d: int, budget_mb: float, window: int = 0
+) -> int:
     """The working memory of one model job (the module docstring's formulas)."""
     A, M = B * H * n * n * FLOAT, B * n * n * FLOAT
     budget = int(budget_mb * MB)
+    components = 2 + (min(L, window + 1) if window else L) * (H + 1)
     return {
         "extract_hidden_states": 2 * A + M + B * (L + 1) * n * d * FLOAT,
         "weights_stats": A + 4 * M,
         "weights_distances": L * A + 2 * M,
         "norms_compute": A + 4 * M + B * H * n * d * FLOAT + budget,
         "mixing_compute": A + 10 * M + budget,
-        "attend_compute": 2 * (2 + L * (H + 1)) * n * d * FLOAT,
+        "attend_compute": 2 * components * n * d * FLOAT,
     }[job]
 
 
@@ -100,7 +104,9 @@ def estimate(config: dict, families: dict[str, Family]) -> list[JobMemory]:
             sizes = {}
             for job, B in jobs.items():
                 depth = 1 if streamed and job == "weights_distances" else L
-                sizes[job] = job_bytes(job, B, n, depth, H, d, config["memory_budget_mb"])
+                budget = config["memory_budget_mb"]
+                window = config["analyses"]["attend"].get("component_window", 0)
+                sizes[job] = job_bytes(job, B, n, depth, H, d, budget, window)
             job = max(sizes, key=sizes.get)
             largest.append(JobMemory(model, corpus, job, sizes[job]))
     return largest

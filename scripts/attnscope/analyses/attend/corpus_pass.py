@@ -19,7 +19,8 @@ layer-streamed route each of them is read once per sequence). Memory: the split 
 sequence, [C, n, d] (C up to 10 L), the queries, keys and one weighting's lifts [H, C, n, d']
 at one layer, and the sums of `LiftSums`; none of it grows with the number of sequences.
 What grows with depth is C: the split, and the pair sums (`statistics`, K x H x C x C per
-layer).
+layer); with a `window` w, C is at most the embedding parts + 2 + w (H + 1) (+ experts) at
+every depth, and only the pair sums' count of layers grows.
 """
 
 from __future__ import annotations
@@ -54,16 +55,18 @@ def corpus_pass(
     sequences: int,
     device: str,
     max_rel_residual: float,
+    window: int = 0,
     log: logging.Logger | None = None,
 ) -> tuple[LiftSums, object]:
     """The sums over the first `sequences` sequences (all if fewer) and the residual table;
-    `checks.CheckError` above `max_rel_residual`. Layers: those the store was made for."""
-    arch = architecture(weights.model_type)
+    `checks.CheckError` above `max_rel_residual`. Layers: those the store was made for.
+    `window` w > 0: at each layer l the components of layers l - w .. l - 1 are kept head by
+    head and those of every earlier layer merged (`_Split.grouped`); 0 keeps all."""
     sums = LiftSums()
     residuals = ResidualLog(max_rel_residual, log, "attend")
     for s in range(min(sequences, store.n_sequences)):
         with torch.no_grad():
-            sequence_pass(store, s, weights, model, arch, device, sums, residuals)
+            sequence_pass(store, s, weights, model, device, window, sums, residuals)
         if log:
             log.info("sequence %d: %d pieces", s, store.lengths[s])
     return sums, residuals.table()
@@ -75,8 +78,9 @@ def _stored(store: HiddenStates, state: int, s: int, n: int, device: str):
     return torch.from_numpy(store.hidden(state, s, s + 1)[0, :n]).to(device)
 
 
-def sequence_pass(store, s, weights, model, arch, device, sums: LiftSums, residuals) -> None:
+def sequence_pass(store, s, weights, model, device, window, sums: LiftSums, residuals) -> None:
     """Carry sequence `s` through every layer, adding the analysed layers' lifts to `sums`."""
+    arch = architecture(weights.model_type)
     n = int(store.lengths[s])
     arrays = {
         name: torch.from_numpy(getattr(store, name)[s : s + 1, :n].astype("int64")).to(device)
@@ -98,6 +102,8 @@ def sequence_pass(store, s, weights, model, arch, device, sums: LiftSums, residu
         if m == last:
             break
         split = layer_split(split, X, mask, layer, m)
+        if window and m + 1 - window >= 1:  # layer m + 2 keeps layers m + 2 - window ..
+            split = split.grouped(m + 1 - window)
         following = _stored(store, m + 1, s, n, device)
         X = layer_forward(X[None], mask, layer)[0] if following is None else following
 
