@@ -96,3 +96,68 @@ def test_max_positions_match_the_usable_position_rows(classic_family):
     model = tiny_model(family)
     limit = architecture(model.config.model_type).max_positions(model.config.to_dict())
     assert limit == canonical_weights(model).position_embeddings.shape[0]
+
+
+# Layer 1's module norm at each step of its `BlockPlan` (None: identity), then whether the FF
+# reads the block input X and whether the residual around the FF is its input.
+PLANS = {
+    "bert": (  # post-LN
+        (None, None, "attention.output.LayerNorm", None, "output.LayerNorm"),
+        (False, True),
+    ),
+    "gpt2": (("ln_1", None, "ln_2", None, None), (False, False)),  # pre-LN
+    "llama": (("input_layernorm", None, "post_attention_layernorm", None, None), (False, False)),
+    "gpt_neox": (  # parallel residual
+        ("input_layernorm", None, "post_attention_layernorm", None, None),
+        (True, False),
+    ),
+    "gemma2": (  # sandwich
+        (
+            "input_layernorm",
+            "post_attention_layernorm",
+            "pre_feedforward_layernorm",
+            "post_feedforward_layernorm",
+            None,
+        ),
+        (False, False),
+    ),
+    "olmo2": (  # norms on the blocks' outputs only
+        (None, "post_attention_layernorm", None, "post_feedforward_layernorm", None),
+        (False, False),
+    ),
+}
+
+
+@pytest.mark.parametrize("family", PLANS)
+def test_each_block_order_reads_as_its_modules(family):
+    """The plan of every block order names the module's own norms (compared by what they make
+    of random vectors: every tiny norm has random weights) and switches; and the plan read
+    step by step (`layer_forward`) rebuilds every layer's real output."""
+    model = tiny_model(family)
+    weights = canonical_weights(model)
+    core = model.base_model
+    blocks = {"bert": lambda: core.encoder.layer, "gpt2": lambda: core.h}.get(
+        family, lambda: core.layers
+    )()
+    norms, switches = PLANS[family]
+    plan = weights.layers[0].plan
+    steps = ("attn_in_norm", "attn_out_norm", "ff_in_norm", "ff_out_norm", "output_norm")
+    x = torch.randn(5, weights.d_model)
+    for step, name in zip(steps, norms, strict=True):
+        mine = getattr(plan, step)
+        if name is None:
+            assert mine is None, step
+        else:
+            with torch.no_grad():
+                want = blocks[0].get_submodule(name)(x)
+            assert torch.allclose(mine(x), want, atol=1e-6), step
+    assert (plan.ff_reads_block_input, plan.residual_is_ff_input) == switches
+    ids, mask = tiny_batch(family)
+    family_of = architecture(model.config.model_type)
+    states = family_of.residual_states(model, {"input_ids": ids, "attention_mask": mask})
+    real = mask.bool()
+    for l, layer in enumerate(weights.layers):
+        with torch.no_grad():
+            rebuilt = layer_forward(states[l], mask, layer)
+        scale = states[l + 1][real].abs().max()
+        assert (rebuilt - states[l + 1])[real].abs().max() / scale < 1e-5, l

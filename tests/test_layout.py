@@ -3,6 +3,7 @@
 - Only `attnscope.architectures` knows `transformers` module paths and branches on model_type.
 - Every family's declared figures are drawn by its plots module with the declared tables,
   have a report caption, and every declared output is listed in the README.
+- Only `CanonicalLayer.plan` reads a layer's block-order fields; everything else reads its plan.
 - No analysis family imports another family's modules (shared maps live in `attnscope.maps`;
   files and settings read across families are declared as `Family.needs`).
 """
@@ -70,6 +71,38 @@ def test_the_layout_check_finds_what_it_looks_for(tmp_path):
     )
     found = architecture_knowledge(bad)
     assert len(found) == 3 and "compares model_type" in found[0]
+
+
+# CanonicalLayer's block-order fields: read by `CanonicalLayer.plan` alone (core/canonical.py);
+# every other module reads the layer's `BlockPlan`.
+BLOCK_ORDER_FIELDS = {"pre_ln", "parallel", "ln_attn", "ln_ff", "post_attn", "post_ff"}
+CANONICAL = ROOT / "scripts" / "attnscope" / "core" / "canonical.py"
+
+
+def block_order_reads(path: Path) -> list[str]:
+    """Lines of `path` that read one of a layer's block-order fields (attribute access)."""
+    return [
+        f"{path.name}:{node.lineno} reads .{node.attr}"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Attribute) and node.attr in BLOCK_ORDER_FIELDS
+    ]
+
+
+def test_the_block_order_is_read_in_one_place():
+    offences = [
+        line for path in python_files() if path != CANONICAL for line in block_order_reads(path)
+    ]
+    assert offences == []
+
+
+def test_the_block_order_check_finds_a_read(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "norm = layer.ln_attn if layer.pre_ln else None\n"
+        "y = through(layer.plan.attn_out_norm, x)  # post_attn: fine in a comment\n"
+        "z = replace(layer, ln_ff=None)\n"
+    )
+    assert sorted(block_order_reads(bad)) == ["bad.py:1 reads .ln_attn", "bad.py:1 reads .pre_ln"]
 
 
 FAMILIES = families()

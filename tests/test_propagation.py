@@ -17,12 +17,11 @@ from attnscope.architectures import architecture, canonical_weights, prediction_
 from attnscope.core.attention import visible_pairs
 from attnscope.core.checks import CheckError, ResidualLog
 from attnscope.core.store import HiddenStates
-from attnscope.maps.layer_decomposition import closing_layer_norm, layer_stages
+from attnscope.maps.layer_decomposition import closing_layer_norm, layer_stages, stream_scope
 from attnscope.maps.prediction import logit_attribution
 from attnscope.maps.propagation import (
     CARRIED_COPIES,
     Carried,
-    carried_scope,
     propagate,
     source_chunk,
     token_split,
@@ -340,7 +339,7 @@ def run_depth(
         token_of=lambda t: f"t{t}",
         logits=partial(model_logits, model),
     )
-    scopes = ("AttnRes-w", "AttnResLn", carried_scope(weights.layers[0].pre_ln))
+    scopes = ("AttnRes-w", "AttnResLn", stream_scope(weights.layers[0].plan))
     with (
         HiddenStates(path) as store,
         h5py.File(tmp_path / "maps.h5", "r") as maps,

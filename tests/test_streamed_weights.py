@@ -275,8 +275,8 @@ def headed_run(tmp_path, family: str, loaded, name: str, batch_size: int = 3):
     from attnscope.analyses.mixing.depth_pass import depth_pass
     from attnscope.analyses.views.payload import sequence_page
     from attnscope.core.store import atomic_h5
+    from attnscope.maps.layer_decomposition import stream_scope
     from attnscope.maps.prediction import Prediction
-    from attnscope.maps.propagation import carried_scope
 
     store = next(tmp_path.glob("*-hidden_states.h5"))
     prediction = Prediction(
@@ -287,7 +287,7 @@ def headed_run(tmp_path, family: str, loaded, name: str, batch_size: int = 3):
         logits=loaded.reference_logits,
     )
     settings = dict(batch_size=batch_size, device="cpu", ig_steps=0, max_rel_residual=1e-4)
-    scopes = ("AttnRes-w", carried_scope(loaded.weights.outline[0].pre_ln))
+    scopes = ("AttnRes-w", stream_scope(loaded.weights.outline[0].plan))
     with (
         HiddenStates(store) as states,
         h5py.File(tmp_path / "whole" / "mixing.h5", "r") as maps,

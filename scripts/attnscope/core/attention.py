@@ -4,10 +4,11 @@ Shapes: X [B, n, d] (the hidden state layer l reads, `hidden/{l}` of the store),
 mask [B, n] (1 = real token), alpha [B, H, n, n] (query i, key j), values
 f^h(x_j) [B, H, n, d].
 
-For pre-LN models the attention block reads its norm of X; `attention_input` applies it,
-so "x" in f(x) is always what the attention block actually reads. Queries and keys follow the
-module: projection, QK-norm, rotation by position; keys and values of a grouped-query model
-are shared by the query heads of their group (returned repeated, one per query head).
+Where the layer's plan has an input norm (pre-LN), the attention block reads its norm of X;
+`attention_input` applies it, so "x" in f(x) is always what the attention block actually
+reads. Queries and keys follow the module: projection, QK-norm, rotation by position; keys
+and values of a grouped-query model are shared by the query heads of their group (returned
+repeated, one per query head).
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from attnscope.core.canonical import CanonicalLayer
 
 
 def attention_input(X: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
-    """What the attention block reads: its norm of X for pre-LN (X itself where it has none,
-    OLMo-2), X for post-LN.  [B, n, d]"""
-    return layer.ln_attn(X) if layer.pre_ln and layer.ln_attn is not None else X
+    """What the attention block reads: the plan's attn_in_norm of X (pre-LN), X itself where
+    there is none (post-LN, OLMo-2).  [B, n, d]"""
+    return through(layer.plan.attn_in_norm, X)
 
 
 def repeat_kv(t: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
@@ -127,9 +128,10 @@ def through(norm, x: torch.Tensor) -> torch.Tensor:
 
 
 def attention_block(X: torch.Tensor, mask: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
-    """What the attention block adds to the residual stream: y, or post_attn(y).  [B, n, d]"""
+    """What the attention block adds to the residual stream: y through the plan's
+    attn_out_norm (y itself where there is none).  [B, n, d]"""
     y = attention_output(attention_probs(X, mask, layer), value_vectors(X, layer), layer)
-    return through(layer.post_attn, y)
+    return through(layer.plan.attn_out_norm, y)
 
 
 def feed_forward(h: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
@@ -140,14 +142,20 @@ def feed_forward(h: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
 def layer_forward(
     X: torch.Tensor, mask: torch.Tensor, layer: CanonicalLayer, attention: torch.Tensor = None
 ):
-    """The whole layer recomputed from canonical weights: X_l -> X_{l+1}.  [B, n, d]
+    """The whole layer recomputed from canonical weights, its `BlockPlan` read step by step
+    (`block_steps`): X_l -> X_{l+1}.  [B, n, d]
     `attention`: the attention block's output (`attention_block`) when the caller computed it
     (to keep its attention weights), else computed here."""
     a = attention_block(X, mask, layer) if attention is None else attention
-    if layer.parallel:
-        return X + a + through(layer.post_ff, layer.ff(through(layer.ln_ff, X)))
-    if layer.pre_ln:
-        h = X + a
-        return h + through(layer.post_ff, layer.ff(through(layer.ln_ff, h)))
-    h = layer.ln_attn(X + a)
-    return layer.ln_ff(h + layer.ff(h))
+    return through(layer.plan.output_norm, block_steps(X, a, layer)[-1])
+
+
+def block_steps(X: torch.Tensor, a: torch.Tensor, layer: CanonicalLayer):
+    """The layer's `BlockPlan` after its attention block, from X [B, n, d] and the block's
+    output a (`attention_block`: after its output norm): (h = X + a, ff_in, f = the FF block's
+    output after its norm, r = the residual sum before the output norm).  Each [B, n, d]"""
+    plan = layer.plan
+    h = X + a
+    ff_in = through(plan.ff_in_norm, X if plan.ff_reads_block_input else h)
+    f = through(plan.ff_out_norm, layer.ff(ff_in))
+    return h, ff_in, f, (ff_in if plan.residual_is_ff_input else h) + f

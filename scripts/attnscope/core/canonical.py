@@ -248,12 +248,46 @@ class MixtureOfExperts:
 
 
 @dataclass(frozen=True)
+class BlockPlan:
+    """The block order of one layer, the only reading of `CanonicalLayer`'s order fields
+    (`CanonicalLayer.plan`). Every architecture's layer X -> X_{l+1} is, stage by stage
+    (the scopes of `maps.layer_decomposition`; a None norm is the identity):
+
+        a      = attn_out_norm(Attn(attn_in_norm(X)))                      Attn
+        h      = X + a                                                     AttnRes
+        ff_in  = ff_in_norm(X if ff_reads_block_input else h)              AttnResLn
+        f      = ff_out_norm(FF(ff_in))                                    AttnResLnFf
+        r      = (ff_in if residual_is_ff_input else h) + f                AttnResLnFfRes
+        X_{l+1} = output_norm(r)
+
+    post-LN (BERT): attn_in_norm None, ff_in_norm ln_attn, residual_is_ff_input, output_norm
+    ln_ff. pre-LN (GPT-2, Llama): attn_in_norm ln_attn, ff_in_norm ln_ff, output_norm None
+    (X_{l+1} = r, which the next layer's attn_in_norm or the final norm reads). Parallel
+    (GPT-NeoX, Cohere): as pre-LN with ff_reads_block_input. Sandwich (Gemma-2/3) and OLMo-2
+    add attn_out_norm and ff_out_norm; OLMo-2 has no input norms."""
+
+    attn_in_norm: CanonicalLayerNorm | None
+    attn_out_norm: CanonicalLayerNorm | None
+    ff_reads_block_input: bool
+    ff_in_norm: CanonicalLayerNorm | None
+    ff_out_norm: CanonicalLayerNorm | None
+    residual_is_ff_input: bool
+    output_norm: CanonicalLayerNorm | None
+
+    @property
+    def ends_on_stream(self) -> bool:
+        """Whether X_{l+1} is the residual sum r itself (no output norm: pre-LN)."""
+        return self.output_norm is None
+
+
+@dataclass(frozen=True)
 class CanonicalLayer:
     """One transformer layer in canonical form (see the module docstring for shapes).
 
-    Block order: `pre_ln` False for post-LN (BERT: LN after each residual sum), True for the
-    residual-stream families (GPT-2, Llama, ...): X -> + Attn -> + FF, each block reading its
-    own norm of the stream; `parallel` (GPT-NeoX, Cohere): X + Attn(ln_attn X) + FF(ln_ff X).
+    Block order, as the architectures state it (`plan` is its one reading): `pre_ln` False
+    for post-LN (BERT: LN after each residual sum), True for the residual-stream families
+    (GPT-2, Llama, ...): X -> + Attn -> + FF, each block reading its own norm of the stream;
+    `parallel` (GPT-NeoX, Cohere): X + Attn(ln_attn X) + FF(ln_ff X).
     `ln_attn`, `ln_ff`: the norm before each block in pre-LN (None: the block reads the stream
     itself, OLMo-2), after each residual sum in post-LN. `post_attn`, `post_ff`: a norm on a
     block's output before it joins the stream (Gemma-2/3 sandwich, OLMo-2), or None.
@@ -287,6 +321,17 @@ class CanonicalLayer:
     qk_norm_whole: bool = False
     softcap: float | None = None
     sliding_window: int | None = None
+
+    @property
+    def plan(self) -> BlockPlan:
+        """The block order of this layer as one `BlockPlan`."""
+        if self.pre_ln:
+            return BlockPlan(
+                self.ln_attn, self.post_attn, self.parallel, self.ln_ff, self.post_ff, False, None
+            )
+        return BlockPlan(
+            None, self.post_attn, self.parallel, self.ln_attn, self.post_ff, True, self.ln_ff
+        )
 
     @property
     def n_heads(self) -> int:

@@ -217,7 +217,7 @@ def _head_outputs(X: torch.Tensor, mask: torch.Tensor, layer: CanonicalLayer, m:
     heads = torch.einsum("hij,hje,hed->hid", alpha, values, layer.W_O)
     bias = torch.einsum("hi,he,hed->id", alpha.sum(-1), layer.b_V[kv], layer.W_O) + layer.b_O
     split = _Split([f"L{m + 1}.H{h + 1}" for h in range(layer.n_heads)], heads, bias)
-    return split.normed(layer.post_attn, split.total())
+    return split.normed(layer.plan.attn_out_norm, split.total())
 
 
 def _feed_forward(h: torch.Tensor, layer: CanonicalLayer, m: int) -> _Split:
@@ -236,22 +236,27 @@ def _feed_forward(h: torch.Tensor, layer: CanonicalLayer, m: int) -> _Split:
         out = ff(h)
         parts, bias, names = (out - ff.b_out)[None], ff.b_out.expand_as(out), [f"L{m + 1}.FF"]
     split = _Split(names, parts, bias)
-    return split.normed(layer.post_ff, split.total())
+    return split.normed(layer.plan.ff_out_norm, split.total())
 
 
 def layer_split(state: _Split, X: torch.Tensor, mask: torch.Tensor, layer, m: int) -> _Split:
     """The split of X_m [n, d] (real) carried through layer m to X_{m+1}, each block's output
     one new component per head / FF block, every norm's scale from the real totals."""
+    plan = layer.plan
     heads = _head_outputs(X, mask, layer, m)
     y = heads.total()
-    if layer.pre_ln:
-        stream = state.joined(heads)
-        ff_in = through(layer.ln_ff, X if layer.parallel else X + y)
-        return stream.joined(_feed_forward(ff_in, layer, m))
-    h = state.joined(heads).normed(layer.ln_attn, X + y)
-    ff_in = layer.ln_attn(X + y)
-    out = h.joined(_feed_forward(ff_in, layer, m))
-    return out.normed(layer.ln_ff, ff_in + layer.ff(ff_in))
+    stream = state.joined(heads)  # h = X + a
+    read, read_total = (state, X) if plan.ff_reads_block_input else (stream, X + y)
+    ff_in = through(plan.ff_in_norm, read_total)
+    if plan.residual_is_ff_input:
+        residual, residual_total = read.normed(plan.ff_in_norm, read_total), ff_in
+    else:
+        residual, residual_total = stream, X + y
+    out = residual.joined(_feed_forward(ff_in, layer, m))
+    if plan.ends_on_stream:
+        return out
+    f = through(plan.ff_out_norm, layer.ff(ff_in))
+    return out.normed(plan.output_norm, residual_total + f)
 
 
 def qk_split(read: _Split, X, layer: CanonicalLayer, side: str):
@@ -325,7 +330,7 @@ def attend_split(
             if m < layer:
                 state = layer_split(state, states[m], mask, weights.layers[m], m)
         X = states[layer]
-        read = state.normed(target.ln_attn if target.pre_ln else None, X)
+        read = state.normed(target.plan.attn_in_norm, X)
         q_parts, q_bias = qk_split(read, X, target, "q")
         k_parts, k_bias = qk_split(read, X, target, "k")
         kv = target.kv_head(head)

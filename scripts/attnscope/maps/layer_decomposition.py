@@ -29,6 +29,8 @@ pre-LN (GPT-2): LN1 -> Attn -> +Res -> LN2 -> FF -> +Res, then the next LayerNor
     AttnResLnFfResLn  the LayerNorm that reads X_{l+1} next (LN1 of layer l + 1, ln_f after
                       the last layer): what the next block actually sees
 
+Both orders, and those of the decoders below, are one `BlockPlan` (`CanonicalLayer.plan`,
+core/canonical.py) read step by step: its docstring gives the generic layer, stage by stage.
 Rotary decoders (`architectures/decoders.py`, `neox.py`) take the pre-LN path with their own
 norms (RMSNorm: no centring, s from the mean square): a norm on a block's output (Gemma-2/3,
 OLMo-2: `post_attn`, `post_ff`) maps that block's parts like any norm, its scale from the whole
@@ -66,8 +68,8 @@ from dataclasses import dataclass
 
 import torch
 
-from attnscope.core.attention import attention_probs, through, value_vectors
-from attnscope.core.canonical import CanonicalLayer, CanonicalLayerNorm, Linearised
+from attnscope.core.attention import attention_probs, block_steps, through, value_vectors
+from attnscope.core.canonical import BlockPlan, CanonicalLayer, CanonicalLayerNorm, Linearised
 from attnscope.maps.scopes import SCOPES, VECTOR_SCOPES, WEIGHT_SCOPES  # noqa: F401
 
 MEMORY_BUDGET_MB = 1024  # default working memory of one query chunk's stages (config key)
@@ -313,15 +315,13 @@ def carried_attention(
     """The attention block applied to a carried split of its input (before any output norm).
 
     The block is linear in the values, and the values are affine in what the block reads
-    (its norm of X for pre-LN, a norm per token: `layer_norm_parts`): with x_k = sum_j p_kj +
+    (the plan's attn_in_norm of X, a norm per token: `layer_norm_parts`): with x_k = sum_j p_kj +
     b_k, part j of the output at query i is sum_h sum_k alpha^h_ik p_kj W_V^h W_O^h, and the
     bias gets sum_h sum_k alpha^h_ik (b_k W_V^h + b_V^h) W_O^h + b_O.
     alpha [B, H, n, n] -> (parts [B, n, m, d], bias [B, n, d]). `recorded`: as in
     `layer_stages`.
     """
-    parts, bias = carried.parts, carried.bias
-    if layer.pre_ln:
-        parts, bias = _normed(parts, bias, layer.ln_attn, recorded, "ln_attn")
+    parts, bias = _normed(carried.parts, carried.bias, layer.plan.attn_in_norm, recorded, "ln_attn")
     B, H, n, _ = alpha.shape
     G = layer.n_kv_heads
     alpha = alpha.reshape(B, G, H // G, n, n)  # query heads grouped by their key/value head
@@ -350,11 +350,13 @@ def layer_stages(
 ) -> Iterator[Stage]:
     """Yield the six vector stages of one layer in module order (see the module docstring).
 
-    X [B, n, d] the layer input (hidden/{l}), mask [B, n]. `closing_ln`: for pre-LN, the
-    norm that reads the layer output next (next layer's ln_attn, or the final norm; None
-    where the next layer reads the stream itself); unused for post-LN. A yielded stage's
-    tensors may be modified by the next step: use them (norms, sums) before advancing. If
-    `completeness` is a dict, its key "ff_real" receives the real FF output.
+    X [B, n, d] the layer input (hidden/{l}), mask [B, n]; the stages follow the layer's
+    `BlockPlan`. `closing_ln`: where the layer ends on the stream (pre-LN), the norm that
+    reads its output next (`closing_layer_norm`: the next layer's attn_in_norm or the final
+    norm; None where the next layer reads the stream itself); unused where the layer's own
+    output norm closes it (post-LN). A yielded stage's tensors may be modified by the next
+    step: use them (norms, sums) before advancing. If `completeness` is a dict, its key
+    "ff_real" receives the real FF output.
 
     `carried`: a split of X into parts of m sources (`Carried`, e.g. the input tokens carried
     from the embeddings); the stages then hold parts [B, n, m, d] of those sources. None:
@@ -373,6 +375,7 @@ def layer_stages(
     one source: the state itself). Their bias is then the chunk's own image of its bias plus
     every constant term (b_O, beta, b_V, FF biases) once more.
     """
+    plan = layer.plan
     memo = {} if memo is None else memo
     if "alpha" not in memo:
         memo["alpha"] = attention_probs(X, mask, layer)
@@ -388,8 +391,8 @@ def layer_stages(
         bias = layer.b_O.expand_as(Xq).clone()
     else:
         parts, bias = carried_attention(alpha, carried, layer, recorded)
-    if layer.post_attn is not None:  # sandwich / OLMo-2: a norm on the block's output
-        post = layer.post_attn
+    if plan.attn_out_norm is not None:  # sandwich / OLMo-2: a norm on the block's output
+        post = plan.attn_out_norm
         s_post = per_token(recorded, "post_attn", parts, bias, post.scale)
         parts, bias = layer_norm_parts(parts, bias, post, s_post)
         if carried is None:
@@ -403,15 +406,15 @@ def layer_stages(
     else:
         parts, bias = parts.add_(carried.parts), bias + carried.bias
     yield Stage("AttnRes", parts, bias, offset=q0)
-    residual_parts, residual_bias = parts, bias  # pre-LN: the residual around FF is AttnRes
-    if layer.parallel and carried is not None:  # the FF reads (its norm of) X
+    residual_parts, residual_bias = parts, bias  # the residual around FF is h (AttnRes) ...
+    if plan.ff_reads_block_input and carried is not None:  # the FF reads (its norm of) X
         parts, bias = carried.parts, carried.bias
-    elif layer.parallel:  # ... whose parts are the tokens themselves
+    elif plan.ff_reads_block_input:  # ... whose parts are the tokens themselves
         alpha, fx = alpha[:, :0], fx[:, :0]
         parts = torch.zeros_like(parts)
         add_residual(parts, Xq, q0)
         bias = torch.zeros_like(bias)
-    ln = layer.ln_ff if layer.pre_ln else layer.ln_attn
+    ln = plan.ff_in_norm
     factors = None  # a carried split has no factored form
     if ln is None and carried is None:  # OLMo-2: the FF reads the stream itself
         ones = torch.ones_like(Xq[..., :1])
@@ -424,7 +427,7 @@ def layer_stages(
             ff_memo = memo.setdefault("ff", {})
             factors = HeadFactors(alpha, fx, Xq, ln.gamma, scale, ln.centred, q0, ff_memo)
         parts, bias = layer_norm_parts(parts, bias, ln, scale)
-    if not layer.pre_ln:  # post-LN: the residual around FF is AttnResLn
+    if plan.residual_is_ff_input:  # ... or the FF's input (post-LN: AttnResLn)
         residual_parts, residual_bias = parts, bias
     yield Stage("AttnResLn", parts, bias, factors, q0)
     linearised = None
@@ -439,27 +442,34 @@ def layer_stages(
         parts, bias, layer, ig_steps, factors, offset, linearised
     )
     del factors, alpha
-    ff_parts, ff_bias = _normed(ff_parts, ff_bias, layer.post_ff, recorded, "post_ff")
+    ff_parts, ff_bias = _normed(ff_parts, ff_bias, plan.ff_out_norm, recorded, "post_ff")
     if completeness is not None:
-        completeness["ff_real"] = through(layer.post_ff, ff_real)
+        completeness["ff_real"] = through(plan.ff_out_norm, ff_real)
     del parts
     yield Stage("AttnResLnFf", ff_parts, ff_bias, offset=q0)
     parts = ff_parts.add_(residual_parts)
     del residual_parts
     bias = ff_bias + residual_bias
     yield Stage("AttnResLnFfRes", parts, bias, offset=q0)
-    closing = closing_ln if layer.pre_ln else layer.ln_ff
+    closing = closing_ln if plan.ends_on_stream else plan.output_norm
     parts, bias = _normed(parts, bias, closing, recorded, "closing")
     yield Stage("AttnResLnFfResLn", parts, bias, offset=q0)
 
 
 def closing_layer_norm(layers: list[CanonicalLayer], final_ln, index: int):
-    """The norm that reads layer `index`'s output next in a pre-LN model: the next layer's
-    attention norm (None where that layer reads the stream itself, OLMo-2) or the final norm
-    after the last layer. None post-LN."""
-    if not layers[index].pre_ln:
+    """The norm that reads layer `index`'s output next where the layer ends on the stream
+    (pre-LN): the next layer's attn_in_norm (None where that layer reads the stream itself,
+    OLMo-2) or the final norm after the last layer. None where the layer's own output norm
+    closes it (post-LN)."""
+    if not layers[index].plan.ends_on_stream:
         return None
-    return layers[index + 1].ln_attn if index + 1 < len(layers) else final_ln
+    return layers[index + 1].plan.attn_in_norm if index + 1 < len(layers) else final_ln
+
+
+def stream_scope(plan: BlockPlan) -> str:
+    """The stage that is the residual stream state X_{l+1}: the residual sum where the layer
+    ends on the stream (pre-LN), its output norm otherwise (post-LN)."""
+    return "AttnResLnFfRes" if plan.ends_on_stream else "AttnResLnFfResLn"
 
 
 def reference_outputs(
@@ -472,21 +482,14 @@ def reference_outputs(
     """The real output of every stage, from the attention module's own output `y_attention`
     [B, n, d] (Architecture.attention_output; a norm on the block's output is applied here)
     and the canonical norm/FF recomputation; the last residual stream state is the stored
-    next hidden state `X_next` when given."""
-    y_attention = through(layer.post_attn, y_attention)
-    out = {"Attn": y_attention, "AttnRes": X + y_attention}
-    if layer.pre_ln:
-        h = X + y_attention
-        ff_in = X if layer.parallel else h
-        out["AttnResLn"] = ff_in if layer.ln_ff is None else layer.ln_ff(ff_in)
-        out["AttnResLnFf"] = through(layer.post_ff, layer.ff(out["AttnResLn"]))
-        out["AttnResLnFfRes"] = h + out["AttnResLnFf"] if X_next is None else X_next
-        last = out["AttnResLnFfRes"]
-        out["AttnResLnFfResLn"] = last if closing_ln is None else closing_ln(last)
-    else:
-        out["AttnResLn"] = layer.ln_attn(X + y_attention)
-        out["AttnResLnFf"] = layer.ff(out["AttnResLn"])
-        last = layer.ln_ff(out["AttnResLn"] + out["AttnResLnFf"])
-        out["AttnResLnFfResLn"] = last if X_next is None else X_next
-        out["AttnResLnFfRes"] = out["AttnResLn"] + out["AttnResLnFf"]
-    return out
+    next hidden state `X_next` when given. The layer's `BlockPlan` read step by step, as
+    `attention.layer_forward` reads it (`block_steps`)."""
+    plan = layer.plan
+    a = through(plan.attn_out_norm, y_attention)
+    h, ff_in, f, r = block_steps(X, a, layer)
+    if plan.ends_on_stream:  # X_{l+1} = r, which closing_ln reads next
+        r = r if X_next is None else X_next
+        last = through(closing_ln, r)
+    else:  # X_{l+1} = output_norm(r)
+        last = plan.output_norm(r) if X_next is None else X_next
+    return dict(zip(VECTOR_SCOPES, (a, h, ff_in, f, r, last), strict=True))

@@ -59,6 +59,7 @@ from attnscope.maps.layer_decomposition import (
     layer_stages,
     query_chunk,
     reference_outputs,
+    stream_scope,
 )
 from attnscope.maps.layer_maps import COMPLETENESS
 
@@ -67,11 +68,6 @@ CARRIED_COPIES = 2 * STAGE_COPIES  # [B, n, c, d] float64 tensors alive at once,
 # (benchmarks/bench_length.py --steps propagate: 8.5 at n 1,024, d 256 with 6): the stages'
 # copies, the carried input held through the layer, the attention's values and mixed values
 # and einsum's permuted copies of them
-
-
-def carried_scope(pre_ln: bool) -> str:
-    """The stage that is the residual stream state X_{l+1}."""
-    return "AttnResLnFfRes" if pre_ln else "AttnResLnFfResLn"
 
 
 def token_split(X0: torch.Tensor, sources: slice | None = None) -> Carried:
@@ -199,7 +195,7 @@ def propagate(
             X64 = X.to(CARRY_DTYPE)
             closing = closing_layer_norm(weights.outline, weights.final_ln, index)
             layer64, closing64 = cast(layer, CARRY_DTYPE), cast(closing, CARRY_DTYPE)
-            wanted = carried_scope(layer.pre_ln)
+            wanted = stream_scope(layer.plan)
             memo: dict = {}
             recorded: dict = {}
             one_source = Carried(whole[:, :, None], torch.zeros_like(whole))

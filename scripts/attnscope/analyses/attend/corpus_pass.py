@@ -112,7 +112,7 @@ def head_queries_keys(split, X, layer):
     """Q, K [H, C, n, d'] of every head by component, the bias last (K with the key heads
     repeated for grouped-query attention); each side's [C, H, n, d'] parts and the normed
     split are freed before the next is made (the peak is a few [C, n, d]-sized tensors)."""
-    read = split.normed(layer.ln_attn if layer.pre_ln else None, X)
+    read = split.normed(layer.plan.attn_in_norm, X)
     kv = [layer.kv_head(h) for h in range(layer.n_heads)]
     parts, bias = qk_split(read, X, layer, "q")
     Q = torch.cat([parts, bias[None]]).transpose(0, 1).contiguous()

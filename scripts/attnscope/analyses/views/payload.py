@@ -236,7 +236,7 @@ def why_layer(split, X: torch.Tensor, mask, layer, l: int, residuals):
     terms [H, n, e, p], from the split of its input X [n, d]; checked: the terms of every
     stored (query, key) pair summed over all component pairs against the logit from the real
     layer input (relative to the layer's largest |logit|)."""
-    read = split.normed(layer.ln_attn if layer.pre_ln else None, X)
+    read = split.normed(layer.plan.attn_in_norm, X)
     q_parts, q_bias = qk_split(read, X, layer, "q")
     k_parts, k_bias = qk_split(read, X, layer, "k")
     kv = [layer.kv_head(h) for h in range(layer.n_heads)]

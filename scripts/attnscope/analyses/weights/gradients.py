@@ -297,7 +297,9 @@ def attention_gradient_step(
     with torch.enable_grad():
         alpha = attention_probs(X, mask, layer)
         alpha.retain_grad()
-        a = through(layer.post_attn, attention_output(alpha, value_vectors(X, layer), layer))
+        a = through(
+            layer.plan.attn_out_norm, attention_output(alpha, value_vectors(X, layer), layer)
+        )
         layer_forward(X, mask, layer, attention=a).backward(g_next)
     return alpha.detach(), alpha.grad, X.grad
 
