@@ -108,6 +108,7 @@ def child(family, model_folder: str, states: str, sequences: int, route, allocat
 
     from attnscope.analyses.attend.corpus_pass import corpus_pass as attend
     from attnscope.analyses.norms.corpus_pass import corpus_pass as norms
+    from attnscope.analyses.norms.settings import NormsSettings
     from attnscope.architectures import canonical_weights
     from attnscope.core.store import HiddenStates
     from attnscope.pipeline import runlog
@@ -133,8 +134,10 @@ def child(family, model_folder: str, states: str, sequences: int, route, allocat
         if family == "attend":
             attend(store, weights, model, sequences=sequences, device="cpu", max_rel_residual=BOUND)
         else:
-            norms(store, weights, model, maps, batch_size=4, device="cpu", sample_size=1000000,
-                  seed=0, max_rel_residual=BOUND)  # fmt: skip
+            settings = NormsSettings(
+                4, spearman_sample_size=1000000, seed=0, max_rel_residual=BOUND
+            )
+            norms(store, weights, model, maps, settings)
         seconds = time.perf_counter() - start
     print(json.dumps({"seconds": seconds, "peak_mib": (peak_kib()[1] - before) / 1024}))
 

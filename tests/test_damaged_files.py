@@ -316,13 +316,14 @@ if job == "extraction":  # a layer subset's states pass through a scratch file
     extract_streamed(work / "model", work / "encoded.h5", results / "hidden_states.h5", 2, "cpu",
                      log=Sleeping(), layers=[2])
 elif job == "gradients":
+    from attnscope.analyses.weights.settings import GradientSettings
     from attnscope.analyses.weights.streamed_backward import streamed_gradient_importance
     from attnscope.pipeline.streamed_weights import streamed_head, streamed_model
     _, weights = streamed_model(work / "model", "cpu")
     head = streamed_head(work / "model", "causal", "cpu")
     with HiddenStates(work / "states.h5") as store:
-        streamed_gradient_importance(work / "model", weights, head, store, None, 0.3, 0, 2,
-                                     "cpu", scratch_folder=results / "weights", log=Sleeping())
+        streamed_gradient_importance(work / "model", weights, head, store, None,
+                                     GradientSettings(2, 0.3, 0), results / "weights", Sleeping())
 else:  # the JS distances of the layer-streamed route
     from attnscope.analyses.weights.head_distances import attention_entries, entries_columns
     from attnscope.pipeline.layer_walks import by_layer

@@ -64,6 +64,7 @@ def test_a_subset_stores_rotary_bands_and_mixing_equal_the_full_stores(tmp_path)
     stage is checked against the module recomputed from X; the rotary bands, the mixing
     ratios and the maps of layers 1 and 3 equal those of the store of every layer."""
     from attnscope.analyses.mixing.corpus_pass import corpus_pass
+    from attnscope.analyses.mixing.settings import MixingSettings
     from attnscope.analyses.position import rotary
     from attnscope.architectures import canonical_weights
     from attnscope.core.store import atomic_h5
@@ -82,10 +83,15 @@ def test_a_subset_stores_rotary_bands_and_mixing_equal_the_full_stores(tmp_path)
             )
             with atomic_h5(tmp_path / f"{name}-maps.h5") as maps:
                 mixing = corpus_pass(
-                    store, weights, model, maps, batch_size=2, device="cpu", ig_steps=0,
-                    max_rel_residual=1e-4, maps_dtype="float32",
+                    store,
+                    weights,
+                    model,
+                    maps,
+                    MixingSettings(
+                        batch_size=2, ig_steps=0, max_rel_residual=1e-4, maps_dtype="float32"
+                    ),
                     layers=None if name == "full" else store.layers,
-                )  # fmt: skip
+                )
         results[name] = bands, mixing.ratios.table(), mixing.check
     for full, subset in zip(results["full"], results["subset"], strict=True):
         expected, got = of_layers(full, [1, 3]), of_layers(subset, [1, 3])

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import attnscope
 from attnscope.pipeline.outputs import families
 
 ROOT = Path(__file__).parents[1]
@@ -155,3 +156,45 @@ def test_the_import_check_finds_a_crossing(tmp_path):
     module = tmp_path / "payload.py"
     module.write_text("from attnscope.analyses.mixing.corpus_pass import corpus_pass\n")
     assert imported_families(module) == {"mixing"}
+
+
+# A family's settings travel as one dataclass (`Job.settings`), not as a dozen keywords.
+MAX_PARAMETERS = 8
+# Not yet shrunk: extraction (model, files, batch size, device, dtypes, layers, attrs, log)
+# and the layer-streamed walk. maps/ and core/ are not checked here.
+NOT_YET = {"pipeline/extract.py:extract", "pipeline/extract.py:extract_streamed",
+           "pipeline/layer_walks.py:by_layer"}  # fmt: skip
+
+
+def long_signatures(root: Path, folders: list[str]) -> dict[str, int]:
+    """{"<folder>/<file>:<function>": parameter count} of the functions in `folders` (under
+    `root`) that take more than MAX_PARAMETERS (a leading self or cls not counted, *args and
+    **kwargs counted)."""
+    found = {}
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    args = node.args
+                    names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+                    count = len(names) - (names[:1] in (["self"], ["cls"]))
+                    count += (args.vararg is not None) + (args.kwarg is not None)
+                    if count > MAX_PARAMETERS:
+                        found[f"{path.relative_to(root).as_posix()}:{node.name}"] = count
+    return found
+
+
+def test_no_analysis_or_pipeline_function_takes_nine_or_more_parameters():
+    """A family's settings reach its functions as one dataclass (`Job.settings`)."""
+    found = long_signatures(Path(attnscope.__file__).parent, ["analyses", "pipeline"])
+    assert set(found) <= NOT_YET, {k: v for k, v in found.items() if k not in NOT_YET}
+
+
+def test_the_signature_check_counts_parameters(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "m.py").write_text(
+        "def short(self, a, b, c, d, e, f, g, h): pass\n"
+        "def long(a, b, c, d, e, f, g, *, h, i=0): pass\n"
+        "class C:\n    def starred(self, a, b, c, d, e, f, g, *args, **kwargs): pass\n"
+    )
+    assert long_signatures(tmp_path, ["a"]) == {"a/m.py:long": 9, "a/m.py:starred": 9}

@@ -273,7 +273,9 @@ def test_streamed_analyses_peak_memory_does_not_grow_with_depth(tmp_path):
 def headed_run(tmp_path, family: str, loaded, name: str, batch_size: int = 3):
     """(depth_pass result, propagated.h5 datasets, views page of sequence 1) of one route."""
     from attnscope.analyses.mixing.depth_pass import depth_pass
+    from attnscope.analyses.mixing.settings import MixingSettings
     from attnscope.analyses.views.payload import sequence_page
+    from attnscope.analyses.views.settings import ViewsSettings
     from attnscope.core.store import atomic_h5
     from attnscope.maps.prediction import Prediction
     from attnscope.maps.propagation import carried_scope
@@ -286,20 +288,18 @@ def headed_run(tmp_path, family: str, loaded, name: str, batch_size: int = 3):
         token_of=str,
         logits=loaded.reference_logits,
     )
-    settings = dict(batch_size=batch_size, device="cpu", ig_steps=0, max_rel_residual=1e-4)
     scopes = ("AttnRes-w", carried_scope(loaded.weights.outline[0].pre_ln))
+    settings = MixingSettings(batch_size, ig_steps=0, max_rel_residual=1e-4, rollout_scopes=scopes)
     with (
         HiddenStates(store) as states,
         h5py.File(tmp_path / "whole" / "mixing.h5", "r") as maps,
         atomic_h5(tmp_path / name / "propagated.h5") as out,
     ):
-        result = depth_pass(
-            states, loaded.weights, loaded.model, out, maps, prediction,
-            maps_dtype="float32", rollout_scopes=scopes, **settings,
-        )  # fmt: skip
+        result = depth_pass(states, loaded.weights, loaded.model, out, maps, prediction, settings)
         page = sequence_page(
             states, 1, loaded.weights, loaded.model, Tokens(),
-            scopes=True, ig_steps=0, top_k=5, max_rel_residual=1e-4, prediction=prediction,
+            ViewsSettings(scopes=True, ig_steps=0, top_k=5, max_rel_residual=1e-4),
+            prediction=prediction,
         )  # fmt: skip
     return result, datasets(tmp_path / name / "propagated.h5"), page
 

@@ -23,6 +23,7 @@ from attnscope.analyses.views.payload import (
     sequence_page,
     word_units,
 )
+from attnscope.analyses.views.settings import ViewsSettings
 from attnscope.architectures import architecture, canonical_weights, prediction_head
 from attnscope.core.attention import visible_pairs
 from attnscope.core.checks import ResidualLog
@@ -67,10 +68,14 @@ def build_page(tmp_path, family: str, scopes: bool = True, length: int = 16, hea
     )
     with HiddenStates(store_path) as store:
         page = sequence_page(
-            store, 0, canonical_weights(model), model, tokenizer,
-            scopes=scopes, ig_steps=0, top_k=TOP_K, max_rel_residual=1e-4,
+            store,
+            0,
+            canonical_weights(model),
+            model,
+            tokenizer,
+            ViewsSettings(scopes=scopes, ig_steps=0, top_k=TOP_K, max_rel_residual=1e-4),
             prediction=prediction,
-        )  # fmt: skip
+        )
     return page, store_path, model
 
 
@@ -460,9 +465,13 @@ def test_page_budgets_for_minilm(browser, tmp_path):
         extract(model, encoded, store_path, batch_size=1, device="cpu")
         with HiddenStates(store_path) as store:
             page = sequence_page(
-                store, 0, canonical_weights(model), model, tokenizer,
-                scopes=scopes, ig_steps=0, top_k=16, max_rel_residual=1e-4,
-            )  # fmt: skip
+                store,
+                0,
+                canonical_weights(model),
+                model,
+                tokenizer,
+                ViewsSettings(scopes=scopes, ig_steps=0, top_k=16, max_rel_residual=1e-4),
+            )
         path = tmp_path / f"minilm{n}.html"
         path.write_text(render_page(page, f"MiniLM {n}"), encoding="utf-8")
         sizes[n] = path.stat().st_size

@@ -35,6 +35,7 @@ import torch
 
 from attnscope.analyses.views.page import render_page
 from attnscope.analyses.views.payload import sequence_page
+from attnscope.analyses.views.settings import ViewsSettings
 from attnscope.analyses.weights.statistics import attention_statistics
 from attnscope.architectures import (
     architecture,
@@ -244,11 +245,13 @@ def view(
             model.weights,
             model.module,
             model.tokenizer,
-            scopes=scopes,
-            ig_steps=ig_steps,
-            top_k=top_k,
-            max_rel_residual=MAX_RELATIVE_RESIDUAL,
-            device=model.device,
+            ViewsSettings(
+                scopes=scopes,
+                ig_steps=ig_steps,
+                top_k=top_k,
+                max_rel_residual=MAX_RELATIVE_RESIDUAL,
+                device=model.device,
+            ),
             prediction=prediction,
         )
     label = text if isinstance(text, str) else " | ".join(text)

@@ -443,13 +443,15 @@ class LoadedModel:
             )
         return layer_walks.by_batch(store, layers, batch_size, block, device, limit)
 
-    def gradient_importance(self, store, scratch_folder, **settings):
+    def gradient_importance(self, store, scratch_folder, settings, log=None):
         """The gradient importance table of attention (`analyses.weights.gradients`) on the
         stored corpus, by the model's LM head (loaded `with_head`; a masked LM's loss reads
         its tokenizer's mask token): a whole-model backward per batch, or on the
         layer-streamed route dL/dX carried back layer by layer (`streamed_backward`, its
-        scratch files under `scratch_folder`). `settings`: rate, seed, batch_size, limit, log
-        (`gradients.gradient_importance`)."""
+        scratch files under `scratch_folder`). `settings`: a `GradientSettings`, whose device
+        is replaced by the model's."""
+        from dataclasses import replace
+
         from transformers import AutoTokenizer
 
         kind = self.manifest["lm_head"]
@@ -458,8 +460,9 @@ class LoadedModel:
         mask_token_id = None  # causal LM: the next-token loss, nothing masked
         if kind == "masked":
             mask_token_id = AutoTokenizer.from_pretrained(self.manifest["path"]).mask_token_id
-        if settings.get("log") is not None:
-            settings["log"].info(
+        settings = replace(settings, device=self.device)
+        if log is not None:
+            log.info(
                 "model %s with its %s LM head on %s, route %s",
                 *(self.manifest["name"], kind, self.device, self.route),
             )
@@ -467,12 +470,12 @@ class LoadedModel:
             from attnscope.analyses.weights.streamed_backward import streamed_gradient_importance
 
             return streamed_gradient_importance(
-                self.manifest["path"], self.weights, self.head, store, mask_token_id,
-                device=self.device, scratch_folder=scratch_folder, **settings,
+                self.manifest["path"], self.weights, self.head, store, mask_token_id, settings,
+                scratch_folder, log,
             )  # fmt: skip
         from attnscope.analyses.weights.gradients import gradient_importance
 
-        return gradient_importance(self.model, store, mask_token_id, device=self.device, **settings)
+        return gradient_importance(self.model, store, mask_token_id, settings, log)
 
     def prediction(self, tokenizer, contrast: list[str], setting: str = "analyses.mixing.contrast"):
         """What the prediction attribution needs (`maps.prediction.Prediction.of`): the head,
