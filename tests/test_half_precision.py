@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from attnscope.analyses.mixing.corpus_pass import corpus_pass as mixing_corpus
+from attnscope.analyses.mixing.settings import MixingSettings
 from attnscope.analyses.norms.corpus_pass import corpus_pass as norms_corpus
+from attnscope.analyses.norms.settings import NormsSettings
 from attnscope.architectures import canonical_weights
 from attnscope.core.checks import NonFiniteError
 from attnscope.core.store import HiddenStates, atomic_h5
@@ -89,14 +91,24 @@ def test_analyses_decompose_a_bfloat16_forwards_store_in_float32(tmp_path, dtype
         assert not store.exact
         with atomic_h5(tmp_path / "norms.h5") as maps:
             _, residual = norms_corpus(
-                store, weights, model, maps, batch_size=2, device="cpu", sample_size=100,
-                seed=0, max_rel_residual=1e-4,
-            )  # fmt: skip
+                store,
+                weights,
+                model,
+                maps,
+                NormsSettings(
+                    batch_size=2, spearman_sample_size=100, seed=0, max_rel_residual=1e-4
+                ),
+            )
         with atomic_h5(tmp_path / "mixing.h5") as maps:
             mixing = mixing_corpus(
-                store, weights, model, maps, batch_size=2, device="cpu", ig_steps=0,
-                max_rel_residual=1e-4, maps_dtype="float32",
-            )  # fmt: skip
+                store,
+                weights,
+                model,
+                maps,
+                MixingSettings(
+                    batch_size=2, ig_steps=0, max_rel_residual=1e-4, maps_dtype="float32"
+                ),
+            )
     assert len(residual) == model.config.num_hidden_layers
     assert (residual["max_rel"] < 1e-5).all()
     assert set(mixing.check["layer"]) == {1, 2} and (mixing.check["max_rel"] < 1e-4).all()

@@ -155,10 +155,8 @@ def test_gathered_shards_equal_one_job_over_every_layer(tmp_path, analysis, fami
 def norms_full_sample(store, weights, model, maps, layers):
     """The norms with a sample larger than the stream: it keeps every pair, the shard's
     largest accumulator."""
-    return norms_corpus(
-        store, weights, model, maps, batch_size=3, device="cpu", sample_size=10**6, seed=3,
-        max_rel_residual=1e-4, layers=layers,
-    )  # fmt: skip
+    settings = NormsSettings(3, spearman_sample_size=10**6, seed=3, max_rel_residual=1e-4)
+    return norms_corpus(store, weights, model, maps, settings, layers=layers)
 
 
 # the settings of each family's run above, as the config's analyses block would hold them
