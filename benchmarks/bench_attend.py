@@ -77,7 +77,7 @@ def prepare(folder: Path, shape: str, layers: int, sequences: int, length: int) 
     the states of `sequences` random sequences; returns the states' path."""
     from transformers import LlamaConfig, LlamaModel
 
-    from attnscope.pipeline.extract import extract
+    from attnscope.pipeline.extract import ExtractSettings, extract
 
     torch.manual_seed(0)
     config = LlamaConfig(num_hidden_layers=layers, attn_implementation="eager", **SHAPES[shape])
@@ -86,7 +86,7 @@ def prepare(folder: Path, shape: str, layers: int, sequences: int, length: int) 
     encoded = folder / f"{shape}-{sequences}-encoded.h5"
     write_corpus(encoded, SHAPES[shape]["vocab_size"], sequences, length)
     states = folder / f"{name(shape, layers)}-{sequences}-states.h5"
-    extract(model, encoded, states, batch_size=4, device="cpu")
+    extract(model, encoded, states, ExtractSettings(batch_size=4))
     return states
 
 

@@ -191,7 +191,7 @@ from attnscope.analyses.norms.settings import NormsSettings
 from attnscope.architectures import canonical_weights, prediction_head
 from attnscope.core.store import HiddenStates
 from attnscope.pipeline import runlog
-from attnscope.pipeline.extract import extract, extract_streamed
+from attnscope.pipeline.extract import ExtractSettings, extract, extract_streamed
 from attnscope.maps.prediction import Prediction, model_logits, stored_logits
 from attnscope.pipeline.streamed_weights import streamed_head, streamed_model
 folder, encoded, states, step, route, device, compute = sys.argv[1:8]
@@ -201,13 +201,13 @@ if route == "streamed":
     runlog.release_freed_memory()
 start = time.perf_counter()
 if step == "extract":
-    run = dict(batch_size=4, device=device, compute_dtype=compute, layers=layers)
+    run = ExtractSettings(batch_size=4, device=device, compute_dtype=compute, layers=layers)
     if route == "streamed":
-        extract_streamed(folder, encoded, states, **run)
+        extract_streamed(folder, encoded, states, run)
     else:
         dtype = getattr(torch, compute)
         model = AutoModel.from_pretrained(folder, dtype=dtype, attn_implementation="eager")
-        extract(model.to(device), encoded, states, **run)
+        extract(model.to(device), encoded, states, run)
 else:
     head = None
     if route == "streamed":

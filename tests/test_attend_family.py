@@ -18,7 +18,7 @@ from attnscope.core.checks import CheckError
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CATEGORY_NAMES
 from attnscope.maps.attend import attend_split
-from attnscope.pipeline.extract import extract
+from attnscope.pipeline.extract import ExtractSettings, extract
 from conftest import tiny_model, write_tiny_encoded, write_tiny_model_run, write_tiny_store
 
 SEQUENCES = 2
@@ -186,7 +186,7 @@ def test_a_layer_subset_store_gives_the_whole_stores_sums_for_its_layers(tmp_pat
     found = {}
     for layers in ("all", [3]):
         path = tmp_path / f"states-{layers}.h5"
-        extract(model, encoded, path, batch_size=3, device="cpu", layers=layers)
+        extract(model, encoded, path, ExtractSettings(batch_size=3, layers=layers))
         with HiddenStates(path) as store:
             assert store.stores(1) == (layers == "all")
             found[str(layers)] = corpus_pass(
@@ -210,7 +210,7 @@ def test_the_streamed_route_gives_the_same_sums_reading_no_layer_after_the_last_
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", "llama")
     path = tmp_path / "states-2.h5"
     attrs = manifest_attrs(read_manifest(manifest))
-    extract(model, encoded, path, batch_size=3, device="cpu", layers=[2], attrs=attrs)
+    extract(model, encoded, path, ExtractSettings(batch_size=3, layers=[2]), attrs=attrs)
     found = {}
     for loading in ("whole-model", "layer-streamed"):
         loaded = open_model(manifest, loading=loading)
@@ -289,7 +289,7 @@ def test_zeroed_position_embeddings_give_zero_position_profiles(tmp_path, family
                 p.zero_()
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", family)
     path = tmp_path / "states.h5"
-    extract(model, encoded, path, batch_size=3, device="cpu")
+    extract(model, encoded, path, ExtractSettings(batch_size=3))
     with HiddenStates(path) as store:
         sums, _ = corpus_pass(
             store, canonical_weights(model), model, sequences=1, device="cpu", max_rel_residual=1e-4

@@ -8,7 +8,7 @@ import pytest
 
 from attnscope.core.layer_selection import LayerSelectionError, selected_layers, stored_states
 from attnscope.core.store import HiddenStates, StateNotStoredError
-from attnscope.pipeline.extract import extract, extract_streamed
+from attnscope.pipeline.extract import ExtractSettings, extract, extract_streamed
 from conftest import tiny_model, write_tiny_encoded
 
 HEADS = {"bert": "mlm", "llama": "causal"}
@@ -36,9 +36,11 @@ def test_a_subset_store_keeps_the_states_of_its_layers_on_both_routes(tmp_path, 
     folder = tmp_path / "model"
     model.save_pretrained(folder)
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", family, batch=5, length=16)
-    extract(model, encoded, tmp_path / "full.h5", batch_size=2, device="cpu")
-    extract(model, encoded, tmp_path / "whole.h5", batch_size=2, device="cpu", layers=chosen)
-    extract_streamed(folder, encoded, tmp_path / "streamed.h5", 2, "cpu", layers=chosen)
+    extract(model, encoded, tmp_path / "full.h5", ExtractSettings(batch_size=2))
+    extract(model, encoded, tmp_path / "whole.h5", ExtractSettings(batch_size=2, layers=chosen))
+    extract_streamed(
+        folder, encoded, tmp_path / "streamed.h5", ExtractSettings(batch_size=2, layers=chosen)
+    )
     expected = stored_states([l - 1 for l in chosen], 3)
     with h5py.File(tmp_path / "full.h5") as full:
         for route in ("whole", "streamed"):
@@ -71,8 +73,8 @@ def test_a_subset_stores_rotary_bands_and_mixing_equal_the_full_stores(tmp_path)
 
     model = tiny_model("llama", layers=3)
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", "llama", batch=5, length=16)
-    extract(model, encoded, tmp_path / "full.h5", batch_size=2, device="cpu")
-    extract(model, encoded, tmp_path / "subset.h5", batch_size=2, device="cpu", layers=[1, 3])
+    extract(model, encoded, tmp_path / "full.h5", ExtractSettings(batch_size=2))
+    extract(model, encoded, tmp_path / "subset.h5", ExtractSettings(batch_size=2, layers=[1, 3]))
     weights = canonical_weights(model)
     results = {}
     for name in ("full", "subset"):
@@ -135,7 +137,12 @@ def test_the_streamed_pass_needs_room_for_the_store_and_the_scratch_file(tmp_pat
     is computed, and leaves neither the store nor the scratch file."""
     from attnscope.pipeline import disk_estimate
     from attnscope.pipeline.disk_estimate import DiskSpaceError, hidden_state_bytes
-    from attnscope.pipeline.extract import scratch_states, state_store, streamed_bytes
+    from attnscope.pipeline.extract import (
+        ExtractSettings,
+        scratch_states,
+        state_store,
+        streamed_bytes,
+    )
 
     model = tiny_model("bert", layers=3)
     folder = tmp_path / "model"
@@ -155,5 +162,7 @@ def test_the_streamed_pass_needs_room_for_the_store_and_the_scratch_file(tmp_pat
     scratch_alone = 2 * state
     monkeypatch.setattr(disk_estimate, "free_bytes", lambda path: scratch_alone + 1)
     with pytest.raises(DiskSpaceError, match=r"streamed\.h5\.scratch\.h5.* needs up to"):
-        extract_streamed(folder, encoded, tmp_path / "streamed.h5", 2, "cpu", layers=[2])
+        extract_streamed(
+            folder, encoded, tmp_path / "streamed.h5", ExtractSettings(batch_size=2, layers=[2])
+        )
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("streamed")]

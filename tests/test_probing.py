@@ -265,7 +265,7 @@ RELATIONS = ["det", "nsubj", "obj", "amod:x"]
 
 def tiny_corpus(tmp_path, family, seed=3):
     """A tiny store whose words span 1-2 pieces, with random gold trees and GAP mentions."""
-    from attnscope.pipeline.extract import extract
+    from attnscope.pipeline.extract import ExtractSettings, extract
     from conftest import write_tiny_encoded
 
     model = tiny_model(family)
@@ -307,7 +307,7 @@ def tiny_corpus(tmp_path, family, seed=3):
         del f["word_ids"]
         f["word_ids"] = word_ids
     store = tmp_path / "hidden_states.h5"
-    extract(model, encoded, store, batch_size=3, device="cpu")
+    extract(model, encoded, store, ExtractSettings(batch_size=3))
     return store, model, metas
 
 

@@ -18,7 +18,7 @@ from attnscope.analyses.weights.statistics import accumulate_statistics
 from attnscope.architectures import canonical_weights
 from attnscope.core.store import HiddenStates, atomic_h5
 from attnscope.core.streaming import BottomKSample, merged
-from attnscope.pipeline.extract import extract
+from attnscope.pipeline.extract import ExtractSettings, extract
 from attnscope.pipeline.shards import (
     ShardError,
     gather_maps,
@@ -58,7 +58,7 @@ def run(analyse, tmp_path, family, name, layers=None):
     if not store_path.exists():
         folder.mkdir(exist_ok=True)
         encoded = write_tiny_encoded(folder / "encoded.h5", family, batch=7, length=16)
-        extract(model, encoded, store_path, batch_size=3, device="cpu")
+        extract(model, encoded, store_path, ExtractSettings(batch_size=3))
     maps_path = folder / f"{name}.h5"
     with HiddenStates(store_path) as store, atomic_h5(maps_path) as maps:
         result = analyse(store, canonical_weights(model), model, maps, layers)

@@ -255,7 +255,7 @@ def test_streamed_analyses_peak_memory_does_not_grow_with_depth(tmp_path):
     one here; see the README)."""
     from transformers import BertConfig, BertModel
 
-    from attnscope.pipeline.extract import extract_streamed
+    from attnscope.pipeline.extract import ExtractSettings, extract_streamed
 
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", "bert", batch=4, length=16)
     peaks = {}
@@ -266,7 +266,7 @@ def test_streamed_analyses_peak_memory_does_not_grow_with_depth(tmp_path):
         folder = tmp_path / f"bert-{layers}"
         BertModel(config).save_pretrained(folder)
         store = tmp_path / f"states-{layers}.h5"
-        extract_streamed(folder, encoded, store, batch_size=2, device="cpu")
+        extract_streamed(folder, encoded, store, ExtractSettings(batch_size=2))
         for route in ("streamed", "whole"):
             args = [str(folder), str(store), str(tmp_path / f"{layers}-{route}"), route]
             run = subprocess.run(

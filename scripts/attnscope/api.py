@@ -57,7 +57,7 @@ from attnscope.maps.prediction import Prediction, model_logits
 from attnscope.maps.propagation import propagate
 from attnscope.maps.scopes import PROPAGATED, SCOPES
 from attnscope.pipeline import gguf
-from attnscope.pipeline.extract import extract
+from attnscope.pipeline.extract import ExtractSettings, extract
 from attnscope.pipeline.models import (
     ModelNotFoundError,
     pick_device,
@@ -173,7 +173,7 @@ def states(
     with tempfile.TemporaryDirectory(prefix="attnscope-") as folder:
         encoded, store = Path(folder) / "encoded.h5", Path(folder) / "hidden_states.h5"
         write_encoded(encoded, corpus)
-        extract(model.module, encoded, store, batch_size=8, device=model.device)
+        extract(model.module, encoded, store, ExtractSettings(batch_size=8, device=model.device))
         with HiddenStates(store) as opened:
             yield opened
 

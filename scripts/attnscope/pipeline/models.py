@@ -409,19 +409,21 @@ class LoadedModel:
             return partial(stored_logits, self.head, self.weights)
         return partial(model_logits, self.model)
 
-    def extract_states(self, encoded_path, out_path, batch_size: int, **settings) -> dict:
+    def extract_states(self, encoded_path, out_path, settings, attrs=None, log=None) -> dict:
         """Store the hidden states of an encoded corpus at `out_path`, the same file on either
         route: a whole-model forward per batch, or one layer over every batch at a time
-        (`extract.extract`, `extract.extract_streamed`; `settings`: their keywords)."""
+        (`extract.extract`, `extract.extract_streamed`; `settings`: an `ExtractSettings`, its
+        device replaced by the model's)."""
+        from dataclasses import replace
+
         from attnscope.pipeline import extract
 
+        settings = replace(settings, device=self.device)
         if self.route == "layer-streamed":
             return extract.extract_streamed(
-                self.manifest["path"], encoded_path, out_path, batch_size, self.device, **settings
+                self.manifest["path"], encoded_path, out_path, settings, attrs, log
             )
-        return extract.extract(
-            self.model, encoded_path, out_path, batch_size, self.device, **settings
-        )
+        return extract.extract(self.model, encoded_path, out_path, settings, attrs, log)
 
     def layer_blocks(
         self, store, batch_size: int, block, columns, scratch_folder, limit=None, log=None

@@ -20,7 +20,7 @@ from attnscope.analyses.weights.settings import GradientSettings
 from attnscope.core import files
 from attnscope.core.canonical import CanonicalModel, PredictionHead
 from attnscope.core.store import TOKEN_ARRAYS, HiddenStates
-from attnscope.pipeline.extract import extract_streamed
+from attnscope.pipeline.extract import ExtractSettings, extract_streamed
 
 
 def streamed_gradient_importance(
@@ -48,7 +48,9 @@ def streamed_gradient_importance(
                 for name in TOKEN_ARRAYS:
                     f[name] = getattr(store, name)[:total]
                 f["input_ids"][...] = targets.inputs
-            extract_streamed(folder, encoded, states_path, batch_size, device)
+            extract_streamed(
+                folder, encoded, states_path, ExtractSettings(batch_size, device=device)
+            )
         with HiddenStates(states_path) as states, h5py.File(scratch / "grad.h5", "w") as grad:
             return layerwise_gradient_importance(
                 states, weights, head, targets, grad, batch_size, device, log
