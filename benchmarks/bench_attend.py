@@ -107,6 +107,7 @@ def child(family, model_folder: str, states: str, sequences: int, route, allocat
     from transformers import AutoModel
 
     from attnscope.analyses.attend.corpus_pass import corpus_pass as attend
+    from attnscope.analyses.attend.settings import AttendSettings
     from attnscope.analyses.norms.corpus_pass import corpus_pass as norms
     from attnscope.analyses.norms.settings import NormsSettings
     from attnscope.architectures import canonical_weights
@@ -132,7 +133,9 @@ def child(family, model_folder: str, states: str, sequences: int, route, allocat
         before = peak_kib()[0]
         start = time.perf_counter()
         if family == "attend":
-            attend(store, weights, model, sequences=sequences, device="cpu", max_rel_residual=BOUND)
+            attend(
+                store, weights, model, AttendSettings(sequences=sequences, max_rel_residual=BOUND)
+            )
         else:
             settings = NormsSettings(
                 4, spearman_sample_size=1000000, seed=0, max_rel_residual=BOUND

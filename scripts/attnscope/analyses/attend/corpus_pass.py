@@ -29,6 +29,7 @@ import logging
 import torch
 
 from attnscope.analyses.attend.lift import key_weights, lift_sums, row_lifts
+from attnscope.analyses.attend.settings import AttendSettings
 from attnscope.analyses.attend.statistics import LiftSums
 from attnscope.analyses.attend.trt_terms import has_learned_positions, term_profiles
 from attnscope.architectures import ModelLayer, architecture
@@ -50,20 +51,18 @@ def corpus_pass(
     store: HiddenStates,
     weights: CanonicalModel,
     model,
-    *,
-    sequences: int,
-    device: str,
-    max_rel_residual: float,
+    settings: AttendSettings,
     log: logging.Logger | None = None,
 ) -> tuple[LiftSums, object]:
-    """The sums over the first `sequences` sequences (all if fewer) and the residual table;
-    `checks.CheckError` above `max_rel_residual`. Layers: those the store was made for."""
+    """The sums over the first `settings.sequences` sequences (all if fewer) and the residual
+    table; `checks.CheckError` above `settings.max_rel_residual`. Layers: those the store was
+    made for."""
     arch = architecture(weights.model_type)
     sums = LiftSums()
-    residuals = ResidualLog(max_rel_residual, log, "attend")
-    for s in range(min(sequences, store.n_sequences)):
+    residuals = ResidualLog(settings.max_rel_residual, log, "attend")
+    for s in range(min(settings.sequences, store.n_sequences)):
         with torch.no_grad():
-            sequence_pass(store, s, weights, model, arch, device, sums, residuals)
+            sequence_pass(store, s, weights, model, arch, settings.device, sums, residuals)
         if log:
             log.info("sequence %d: %d pieces", s, store.lengths[s])
     return sums, residuals.table()
