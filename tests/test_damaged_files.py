@@ -326,12 +326,12 @@ elif job == "gradients":
                                      GradientSettings(2, 0.3, 0), results / "weights", Sleeping())
 else:  # the JS distances of the layer-streamed route
     from attnscope.analyses.weights.head_distances import attention_entries, entries_columns
-    from attnscope.pipeline.layer_walks import by_layer
+    from attnscope.pipeline.layer_walks import Batches, by_layer
     from attnscope.pipeline.streamed_weights import streamed_model
     _, weights = streamed_model(work / "model", "cpu")
     with HiddenStates(work / "states.h5") as store:
         columns = entries_columns(store, 2, weights.causal)
-        blocks = by_layer(store, weights.layers, 2, attention_entries, columns,
+        blocks = by_layer(store, weights.layers, Batches(2), attention_entries, columns,
                           results / "weights", log=Sleeping())
         next(blocks)
 """

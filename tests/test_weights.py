@@ -46,7 +46,7 @@ from attnscope.core.attention import (
 from attnscope.core.checks import NonFiniteError
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CLS, OTHER, PAD, PUNCT, SEP
-from attnscope.pipeline.layer_walks import by_batch
+from attnscope.pipeline.layer_walks import Batches, by_batch
 from conftest import tiny_batch, tiny_model, write_tiny_model_run, write_tiny_store
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
@@ -337,7 +337,7 @@ def test_store_distances_match_transformers_attentions(tmp_path, family_name):
     store_path, model = write_tiny_store(tmp_path, family_name, batch=4, length=10)
     weights = canonical_weights(model)
     with HiddenStates(store_path) as store:
-        blocks = by_batch(store, weights.layers, 3, hd.attention_entries)
+        blocks = by_batch(store, weights.layers, Batches(3), hd.attention_entries)
         D = hd.head_distances(blocks)
         attentions = hf_attentions(model, store)
         lengths = store.lengths

@@ -438,12 +438,10 @@ class LoadedModel:
         GB for MiniLM's 992 x 128 corpus in the JS distances) and time, and change nothing."""
         from attnscope.pipeline import layer_walks
 
-        layers, device = self.weights.layers, self.device
+        layers, batches = self.weights.layers, layer_walks.Batches(batch_size, self.device, limit)
         if self.route == "layer-streamed":
-            return layer_walks.by_layer(
-                store, layers, batch_size, block, columns, scratch_folder, device, limit, log
-            )
-        return layer_walks.by_batch(store, layers, batch_size, block, device, limit)
+            return layer_walks.by_layer(store, layers, batches, block, columns, scratch_folder, log)
+        return layer_walks.by_batch(store, layers, batches, block)
 
     def gradient_importance(self, store, scratch_folder, settings, log=None):
         """The gradient importance table of attention (`analyses.weights.gradients`) on the
