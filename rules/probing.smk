@@ -36,7 +36,7 @@ rule probing_syntax:
         sources=PROBING["sources"],
         word_mode=PROBING["word_mode"],
     script:
-        "../scripts/probing_heads.py"
+        "../scripts/probing_syntax.py"
 
 
 rule probing_probe:
@@ -88,4 +88,4 @@ rule probing_coref:
         sources=PROBING["sources"],
         word_mode=PROBING["word_mode"],
     script:
-        "../scripts/probing_heads.py"
+        "../scripts/probing_coref.py"

@@ -37,7 +37,6 @@ def stream_word_maps(
     metas: list[dict],
     consumer: Consumer,
     settings: ProbingSettings,
-    *,
     mixing: h5py.File | None = None,
     on_batch: Callable | None = None,
     log: logging.Logger | None = None,
@@ -80,10 +79,9 @@ def stream_word_maps(
             log.info("layer %d done", l + 1)
 
 
-def syntax_pass(store, weights, metas, settings, features: h5py.File | None, **stream):
+def syntax_pass(store, weights, metas, settings, features: h5py.File | None, mixing=None, log=None):
     """Dependency-head counts (and probe features into the open file `features`) of an EWT
-    store; `stream`: `stream_word_maps`'s mixing and log. -> (syntax_heads table,
-    syntax_best table)"""
+    store (`stream_word_maps`). -> (syntax_heads table, syntax_best table)"""
     from attnscope.analyses.probing.features import FeatureWriter
     from attnscope.analyses.probing.syntax import (
         SyntaxCounts,
@@ -115,14 +113,14 @@ def syntax_pass(store, weights, metas, settings, features: h5py.File | None, **s
         if writer is not None:
             writer.add_maps(source, layer, labels, words, batch.start, batch.stop)
 
-    stream_word_maps(store, weights, metas, consumer, settings, on_batch=on_batch, **stream)
+    stream_word_maps(store, weights, metas, consumer, settings, mixing, on_batch, log)
     heads_table = counts.heads_table()
     return heads_table, best_table(heads_table, counts.baseline_table())
 
 
-def coref_pass(store, weights, metas, settings, **stream):
-    """Coreference counts of a GAP store; `stream`: `stream_word_maps`'s mixing and log.
-    -> (coref_heads table, coref_best table)"""
+def coref_pass(store, weights, metas, settings, mixing=None, log=None):
+    """Coreference counts of a GAP store (`stream_word_maps`). -> (coref_heads table,
+    coref_best table)"""
     from attnscope.analyses.probing.coreference import CorefCounts
 
     if any("pronoun" not in m for m in metas):
@@ -137,6 +135,6 @@ def coref_pass(store, weights, metas, settings, **stream):
         W = words.shape[-1] - 1
         counts.add(source, layer, labels, words[..., :W, :W], batch_metas, causal)
 
-    stream_word_maps(store, weights, metas, consumer, settings, on_batch=on_batch, **stream)
+    stream_word_maps(store, weights, metas, consumer, settings, mixing, on_batch, log)
     heads_table = counts.heads_table()
     return heads_table, counts.best_table(heads_table)
