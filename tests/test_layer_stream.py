@@ -165,7 +165,7 @@ MEMORY_RUN = """
 import sys
 from attnscope.pipeline.extract import ExtractSettings, {route}
 {prelude}
-{route}({model}, sys.argv[2], sys.argv[3], batch_size=2, device="cpu")
+{route}({model}, sys.argv[2], sys.argv[3], ExtractSettings(batch_size=2))
 # VmHWM: this program's own peak (ru_maxrss would carry the forking test process's over exec)
 status = open("/proc/self/status").read().split("VmHWM:")[1]
 print(int(status.split()[0]))
