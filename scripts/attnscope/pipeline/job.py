@@ -68,12 +68,11 @@ class Job:
         return self.config["analyses"][family]["max_rel_residual"]
 
     def settings(self, kind):
-        """The job's settings of one family: `kind`, a dataclass with a class attribute
-        `family` (whose bound it checks against: `bound_family` where another family's), each
+        """The job's settings as `kind`, a dataclass (a family's, e.g. `NormsSettings`), each
         field read from the rule's param of its name, or its default where the rule passes
-        none; but `max_rel_residual` is the family's bound (`bound`), and `memory_budget_mb`
-        and `device` (resolved: `models.pick_device`) come from the configuration, so that
-        changing them reruns nothing."""
+        none; but `max_rel_residual` is the bound (`bound`) of the class attribute
+        `bound_family`, else `family`, and `memory_budget_mb` and `device` (resolved:
+        `models.pick_device`) come from the configuration: changing them reruns nothing."""
         from attnscope.pipeline.models import pick_device
 
         given = {}
