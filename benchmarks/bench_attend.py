@@ -78,7 +78,7 @@ def prepare(folder: Path, shape: str, layers: int, sequences: int, length: int) 
     the states of `sequences` random sequences; returns the states' path."""
     from transformers import LlamaConfig, LlamaModel
 
-    from attnscope.pipeline.extract import extract
+    from attnscope.pipeline.extract import ExtractSettings, extract
 
     torch.manual_seed(0)
     config = LlamaConfig(num_hidden_layers=layers, attn_implementation="eager", **SHAPES[shape])
@@ -87,7 +87,7 @@ def prepare(folder: Path, shape: str, layers: int, sequences: int, length: int) 
     encoded = folder / f"{shape}-{sequences}-encoded.h5"
     write_corpus(encoded, SHAPES[shape]["vocab_size"], sequences, length)
     states = folder / f"{name(shape, layers)}-{sequences}-states.h5"
-    extract(model, encoded, states, batch_size=4, device="cpu")
+    extract(model, encoded, states, ExtractSettings(batch_size=4))
     return states
 
 
@@ -108,7 +108,9 @@ def child(family, model_folder: str, states: str, sequences: int, route, allocat
     from transformers import AutoModel
 
     from attnscope.analyses.attend.corpus_pass import corpus_pass as attend
+    from attnscope.analyses.attend.settings import AttendSettings
     from attnscope.analyses.norms.corpus_pass import corpus_pass as norms
+    from attnscope.analyses.norms.settings import NormsSettings
     from attnscope.architectures import canonical_weights
     from attnscope.core.store import HiddenStates
     from attnscope.pipeline import runlog
@@ -132,11 +134,13 @@ def child(family, model_folder: str, states: str, sequences: int, route, allocat
         before = peak_kib()[0]
         start = time.perf_counter()
         if family == "attend":
-            attend(store, weights, model, sequences=sequences, device="cpu",
-                   max_rel_residual=BOUND, window=window)  # fmt: skip
+            settings = AttendSettings(sequences, max_rel_residual=BOUND, component_window=window)
+            attend(store, weights, model, settings)
         else:
-            norms(store, weights, model, maps, batch_size=4, device="cpu", sample_size=1000000,
-                  seed=0, max_rel_residual=BOUND)  # fmt: skip
+            settings = NormsSettings(
+                4, spearman_sample_size=1000000, seed=0, max_rel_residual=BOUND
+            )
+            norms(store, weights, model, maps, settings)
         seconds = time.perf_counter() - start
     print(json.dumps({"seconds": seconds, "peak_mib": (peak_kib()[1] - before) / 1024}))
 

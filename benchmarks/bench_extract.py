@@ -56,7 +56,7 @@ def run_route(route: str, encoded_path: Path, args) -> dict:
 
     from attnscope.architectures import architecture, load_model
     from attnscope.core.store import TOKEN_ARRAYS, batch_spans
-    from attnscope.pipeline.extract import extract
+    from attnscope.pipeline.extract import ExtractSettings, extract
 
     torch.set_num_threads(args.threads)
     model = load_model(minilm_path())  # eager, as the workflow loads it; extract switches to SDPA
@@ -66,7 +66,12 @@ def run_route(route: str, encoded_path: Path, args) -> dict:
     lengths = arrays["attention_mask"].sum(axis=1)
     before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
     if route == "extract":
-        extract(model, encoded_path, encoded_path.with_name("hidden_states.h5"), args.batch, "cpu")
+        extract(
+            model,
+            encoded_path,
+            encoded_path.with_name("hidden_states.h5"),
+            ExtractSettings(batch_size=args.batch),
+        )
     else:
         model.set_attn_implementation(args.attn)
         with torch.inference_mode():

@@ -25,12 +25,18 @@ steps    extract   the model's own forward, every residual state (`residual_stat
                    (`propagate`, what mixing_propagate runs per batch: chunks of input tokens
                    of memory_budget_mb where the code has them); n up to `--mixing-max`
 
+`--allocator release` has each worker set `runlog.release_freed_memory` (every block above
+128 KiB mapped on its own and returned when freed): its peaks repeat to the MiB, where under
+glibc's defaults, whose mmap threshold grows with the blocks freed, the same worker's peak
+varied by up to 77 MiB between runs (weights at n 2,048, width 64: 118 to 195 MiB).
+
 `--width 256` (with `--heads 4 --ff 1024`) runs a random Llama of that width instead, all heads
 with their own keys and values (the shape issue 37 measured mixing on).
 
 Run: .venv/bin/python benchmarks/bench_length.py [--lengths 256 512 1024 2048 4096]
      [--layers 2] [--steps extract norms weights rotary mixing propagate] [--mixing-max 1024]
      [--budget 1024] [--threads 0] [--width 576 --heads 9 --kv-heads 3 --ff 1536]
+     [--allocator default|release]
 """
 
 from __future__ import annotations
@@ -170,6 +176,7 @@ def main() -> None:
     parser.add_argument("--heads", type=int, default=SMOLLM2["num_attention_heads"])
     parser.add_argument("--kv-heads", type=int, default=None, help="default: --heads, 3 at 576")
     parser.add_argument("--ff", type=int, default=SMOLLM2["intermediate_size"])
+    parser.add_argument("--allocator", choices=("default", "release"), default="default")
     parser.add_argument("--worker", nargs=2, metavar=("STEP", "N"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     smollm2 = args.width == SMOLLM2["hidden_size"]
@@ -178,6 +185,10 @@ def main() -> None:
     sizes = shape(args.width, args.heads, args.kv_heads, args.ff)
     if args.worker:
         step, n = args.worker[0], int(args.worker[1])
+        if args.allocator == "release":
+            from attnscope.pipeline.runlog import release_freed_memory
+
+            release_freed_memory()
         print(json.dumps(worker(step, n, args.layers, args.budget, args.threads, sizes)))
         return
     what = "SmolLM2-shaped" if smollm2 else f"width {args.width}, {args.heads} heads, FF {args.ff}"
@@ -193,7 +204,7 @@ def main() -> None:
             command += ["--layers", str(args.layers), "--budget", str(args.budget)]
             command += ["--threads", str(args.threads), "--width", str(args.width)]
             command += ["--heads", str(args.heads), "--kv-heads", str(args.kv_heads)]
-            command += ["--ff", str(args.ff)]
+            command += ["--ff", str(args.ff), "--allocator", args.allocator]
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode != 0:
                 print(f"{step:8} {n:>5} failed: {done.stderr.strip().splitlines()[-1:]}")

@@ -185,11 +185,13 @@ import h5py, torch
 from transformers import AutoModel, AutoModelForCausalLM
 from attnscope.analyses.mixing.corpus_pass import corpus_pass as mixing
 from attnscope.analyses.mixing.depth_pass import depth_pass
+from attnscope.analyses.mixing.settings import MixingSettings
 from attnscope.analyses.norms.corpus_pass import corpus_pass as norms
+from attnscope.analyses.norms.settings import NormsSettings
 from attnscope.architectures import canonical_weights, prediction_head
 from attnscope.core.store import HiddenStates
 from attnscope.pipeline import runlog
-from attnscope.pipeline.extract import extract, extract_streamed
+from attnscope.pipeline.extract import ExtractSettings, extract, extract_streamed
 from attnscope.maps.prediction import Prediction, model_logits, stored_logits
 from attnscope.pipeline.streamed_weights import streamed_head, streamed_model
 folder, encoded, states, step, route, device, compute = sys.argv[1:8]
@@ -199,13 +201,13 @@ if route == "streamed":
     runlog.release_freed_memory()
 start = time.perf_counter()
 if step == "extract":
-    run = dict(batch_size=4, device=device, compute_dtype=compute, layers=layers)
+    run = ExtractSettings(batch_size=4, device=device, compute_dtype=compute, layers=layers)
     if route == "streamed":
-        extract_streamed(folder, encoded, states, **run)
+        extract_streamed(folder, encoded, states, run)
     else:
         dtype = getattr(torch, compute)
         model = AutoModel.from_pretrained(folder, dtype=dtype, attn_implementation="eager")
-        extract(model.to(device), encoded, states, **run)
+        extract(model.to(device), encoded, states, run)
 else:
     head = None
     if route == "streamed":
@@ -221,17 +223,18 @@ else:
         head = prediction_head(model) if step == "propagate" else None
         reference = partial(model_logits, model)
     with HiddenStates(states) as store, h5py.File(states + f"-{{step}}.h5", "w") as maps:
-        common = dict(batch_size=4, device=device, max_rel_residual=1e-3, log=None)
+        common = dict(batch_size=4, device=device, max_rel_residual=1e-3)
         chosen = None if layers == "all" else store.layers
         if step == "norms":
-            norms(store, weights, model, maps, sample_size=1000000, seed=0, layers=chosen, **common)
-        elif step == "mixing":
-            mixing(store, weights, model, maps, ig_steps=0, maps_dtype="float16", layers=chosen,
-                   **common)
+            settings = NormsSettings(spearman_sample_size=1000000, seed=0, **common)
+            norms(store, weights, model, maps, settings, layers=chosen)
         else:
-            prediction = Prediction(head, None, None, str, reference)
-            depth_pass(store, weights, model, maps, maps, prediction, ig_steps=0,
-                       maps_dtype="float16", rollout_scopes=(), **common)
+            settings = MixingSettings(ig_steps=0, maps_dtype="float16", **common)
+            if step == "mixing":
+                mixing(store, weights, model, maps, settings, layers=chosen)
+            else:
+                prediction = Prediction(head, None, None, str, reference)
+                depth_pass(store, weights, model, maps, maps, prediction, settings)
 seconds = time.perf_counter() - start
 peak = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0])
 print(seconds, peak)

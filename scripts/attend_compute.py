@@ -2,27 +2,19 @@
 what lifts the attended keys and the named key classes, per component pair and rotary band."""
 
 from attnscope.analyses.attend.corpus_pass import corpus_pass
+from attnscope.analyses.attend.settings import AttendSettings
 from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates
 from attnscope.core.tables import not_applicable
 from attnscope.pipeline.job import Job
 
 job = Job(snakemake)
-log, params, output = job.log, job.params, job.output
+log, settings, output = job.log, job.settings(AttendSettings), job.output
 loaded = job.model()
 with HiddenStates(job.input.hidden_states) as store:
-    sums, check = corpus_pass(
-        store,
-        loaded.weights,
-        loaded.model,
-        sequences=params.sequences,
-        device=loaded.device,
-        max_rel_residual=job.bound("attend"),
-        window=params.component_window,
-        log=log,
-    )
-write_table(sums.lift_table(params.top_k, classes=False), output.lift)
-write_table(sums.lift_table(params.top_k, classes=True), output.key_classes)
+    sums, check = corpus_pass(store, loaded.weights, loaded.model, settings, log)
+write_table(sums.lift_table(settings.top_k, classes=False), output.lift)
+write_table(sums.lift_table(settings.top_k, classes=True), output.key_classes)
 rotary = any(layer.rotary is not None for layer in loaded.weights.outline)  # no layer read
 write_table(sums.band_table() if rotary else not_applicable("no rotary embedding"), output.bands)
 learned = bool(sums.trt)  # the split has embed.position: learned absolute positions

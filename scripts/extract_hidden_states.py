@@ -3,20 +3,13 @@
 
 import sys
 
+from attnscope.pipeline.extract import ExtractSettings
 from attnscope.pipeline.job import Job
 from attnscope.pipeline.models import manifest_attrs
 
 job = Job(snakemake)
-params = job.params
-loaded = job.model(dtype=params.compute_dtype)
-summary = loaded.extract_states(
-    job.input.encoded,
-    job.output[0],
-    params.batch_size,
-    dtype=params.dtype,
-    compute_dtype=params.compute_dtype,
-    attrs=manifest_attrs(loaded.manifest),
-    log=sys.stderr,
-    layers=params.layers,
-)
+settings = job.settings(ExtractSettings)
+loaded = job.model(dtype=settings.compute_dtype)
+attrs = manifest_attrs(loaded.manifest)
+summary = loaded.extract_states(job.input.encoded, job.output[0], settings, attrs, sys.stderr)
 job.log.info("stored %s", summary)

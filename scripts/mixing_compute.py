@@ -2,6 +2,7 @@
 all layers in one job, one layer shard's (rule mixing_shard), or the shards gathered."""
 
 from attnscope.analyses.mixing.corpus_pass import corpus_pass
+from attnscope.analyses.mixing.settings import MixingSettings
 from attnscope.core.files import write_table
 from attnscope.core.store import analysed_layers
 from attnscope.core.tables import layer_rows
@@ -9,25 +10,11 @@ from attnscope.pipeline.job import Job
 from attnscope.pipeline.shards import sharded_analysis
 
 job = Job(snakemake)
-log, params, output = job.log, job.params, job.output
+settings, output = job.settings(MixingSettings), job.output
 
 
 def analyse(loaded, store, maps, layers):
-    return corpus_pass(
-        store,
-        loaded.weights,
-        loaded.model,
-        maps,
-        batch_size=params.batch_size,
-        device=loaded.device,
-        ig_steps=params.ig_steps,
-        max_rel_residual=job.bound("mixing"),
-        maps_dtype=params.maps_dtype,
-        log=log,
-        layers=layers,
-        # working memory only: the same maps with any value, so changing it reruns nothing
-        memory_budget_mb=job.config["memory_budget_mb"],
-    )
+    return corpus_pass(store, loaded.weights, loaded.model, maps, settings, job.log, layers)
 
 
 result = sharded_analysis(job, analyse)
@@ -36,4 +23,4 @@ if result is not None:
     write_table(layer_rows(result.ratios.table(), layers), output.mixing_ratio)
     write_table(layer_rows(result.rsa.table(), layers), output.rsa)
     write_table(result.check, output.decomposition_check)
-    log.info("wrote the mixing tables and %s", output.maps)
+    job.log.info("wrote the mixing tables and %s", output.maps)

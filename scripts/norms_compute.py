@@ -2,6 +2,7 @@
 all layers in one job, one layer shard's (rule norms_shard), or the shards gathered."""
 
 from attnscope.analyses.norms.corpus_pass import corpus_pass
+from attnscope.analyses.norms.settings import NormsSettings
 from attnscope.core.files import write_table
 from attnscope.core.store import analysed_layers
 from attnscope.core.tables import layer_rows
@@ -9,32 +10,17 @@ from attnscope.pipeline.job import Job
 from attnscope.pipeline.shards import sharded_analysis
 
 job = Job(snakemake)
-log, params = job.log, job.params
+settings = job.settings(NormsSettings)
 
 
 def analyse(loaded, store, maps, layers):
-    return corpus_pass(
-        store,
-        loaded.weights,
-        loaded.model,
-        maps,
-        batch_size=params.batch_size,
-        device=loaded.device,
-        sample_size=params.spearman_sample_size,
-        seed=params.seed,
-        max_rel_residual=job.bound("norms"),
-        maps_dtype=params.maps_dtype,
-        log=log,
-        layers=layers,
-        memory_budget_mb=job.config["memory_budget_mb"],  # working memory: same maps
-        maps_top_k=params.maps_top_k,
-    )
+    return corpus_pass(store, loaded.weights, loaded.model, maps, settings, job.log, layers)
 
 
 result = sharded_analysis(job, analyse)
 if result is not None:
     accumulator, residual = result
-    tables = accumulator.tables(params.sample_rate, params.scatter_max_points)
+    tables = accumulator.tables(settings.sample_rate, settings.scatter_max_points)
     tables["decomposition_check"] = residual
     layers = analysed_layers(job.input.hidden_states)
     for name, table in tables.items():
@@ -43,4 +29,4 @@ if result is not None:
         else:
             table = layer_rows(table, layers)
         write_table(table, job.output[name])
-    log.info("wrote %d tables and %s", len(tables), job.output.maps)
+    job.log.info("wrote %d tables and %s", len(tables), job.output.maps)

@@ -22,6 +22,7 @@ from attnscope.core import files
 from attnscope.core.files import write_table
 from attnscope.core.store import TOKEN_ARRAYS, HiddenStates
 from attnscope.core.tables import not_applicable
+from attnscope.pipeline.extract import ExtractSettings
 from attnscope.pipeline.job import Job
 
 job = Job(snakemake)
@@ -38,7 +39,7 @@ with HiddenStates(job.input.hidden_states) as store:
             for name in TOKEN_ARRAYS:
                 f[name] = getattr(store, name)[:limit]
             f["input_ids"][...] = repeated_token_ids(f["input_ids"][...], f["category"][...])
-        loaded.extract_states(encoded, states, batch_size)
+        loaded.extract_states(encoded, states, ExtractSettings(batch_size))
         log.info("repeated-token control extracted on the %s route", loaded.route)
         with HiddenStates(states) as control_store:
             control = sink_attention(

@@ -5,6 +5,7 @@ tr_t(A) applies (the rest analyse the bilinear form x W^A x^T): its other tables
 
 from attnscope.analyses.position import corpus_pass as position_pass
 from attnscope.analyses.position.diagonals import select_heads
+from attnscope.analyses.position.settings import PositionSettings
 from attnscope.core import checks
 from attnscope.core.files import write_table
 from attnscope.core.store import analysed_layers
@@ -13,8 +14,8 @@ from attnscope.pipeline.job import Job
 from attnscope.pipeline.shards import sharded_analysis
 
 job = Job(snakemake)
-log, params, output = job.log, job.params, job.output
-offsets = list(range(-params.t_max, params.t_max + 1))
+log, settings, output = job.log, job.settings(PositionSettings), job.output
+offsets = list(range(-settings.t_max, settings.t_max + 1))
 
 
 table_layers = analysed_layers(job.input.hidden_states)  # the rows the tables keep
@@ -26,23 +27,14 @@ def write(table, path):
 
 
 def analyse(loaded, store, maps, layers):
-    common = dict(t_max=params.t_max, batch_size=params.batch_size, device=loaded.device)
     if loaded.weights.rotary:  # tr_t(A) alone: an array [N, L, H, T]
-        return position_pass.trt_pass(store, loaded.weights, **common, layers=layers)
-    return position_pass.corpus_pass(
-        store,
-        loaded.weights,
-        **common,
-        xcorr_t_max=params.xcorr_t_max,
-        include_bias=params.include_bias,
-        log=log,
-        layers=layers,
-    )
+        return position_pass.trt_pass(store, loaded.weights, settings, layers)
+    return position_pass.corpus_pass(store, loaded.weights, settings, log, layers)
 
 
 result = sharded_analysis(job, analyse)
 if isinstance(result, position_pass.PassResult):
-    heads = select_heads(position_pass.mean_trt(result), result.offsets, params.heads)
+    heads = select_heads(position_pass.mean_trt(result), result.offsets, settings.heads)
     log.info("heads for g(f, theta) and xcorr (layer, head): %s", heads)
     write(position_pass.identity_table(result), output.identity)
     write(position_pass.xcov_sum_table(result), output.xcov_sum)

@@ -1,29 +1,16 @@
 """Coreference heads per source, layer and head on GAP, with the baselines."""
 
 from attnscope.analyses.probing.corpus_pass import coref_pass
+from attnscope.analyses.probing.settings import ProbingSettings
 from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates, read_meta
 from attnscope.pipeline.job import Job
 
 job = Job(snakemake)
-log, params, output = job.log, job.params, job.output
-loaded = job.model()
-metas = read_meta(job.input.encoded)
-with (
-    HiddenStates(job.input.hidden_states) as store,
-    job.optional_h5("mixing_maps") as mixing,
-):
-    heads, best = coref_pass(
-        store,
-        loaded.weights,
-        metas,
-        list(params.sources),
-        batch_size=params.batch_size,
-        device=loaded.device,
-        mode=params.word_mode,
-        mixing=mixing,
-        log=log,
-    )
+settings, output, loaded = job.settings(ProbingSettings), job.output, job.model()
+with HiddenStates(job.input.hidden_states) as store, job.optional_h5("mixing_maps") as mixing:
+    metas = read_meta(job.input.encoded)
+    heads, best = coref_pass(store, loaded.weights, metas, settings, mixing, job.log)
 write_table(heads, output.heads)
 write_table(best, output.best)
-log.info("wrote %s (%d rows) and %s", output.heads, len(heads), output.best)
+job.log.info("wrote %s (%d rows) and %s", output.heads, len(heads), output.best)

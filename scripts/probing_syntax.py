@@ -1,31 +1,22 @@
 """Dependency heads per source, layer and head on UD EWT, and the probe's word-level features."""
 
 from attnscope.analyses.probing.corpus_pass import syntax_pass
+from attnscope.analyses.probing.settings import ProbingSettings
 from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates, atomic_h5, read_meta
 from attnscope.pipeline.job import Job
 
 job = Job(snakemake)
-log, params, output = job.log, job.params, job.output
-loaded = job.model()
-metas = read_meta(job.input.encoded)
+settings, output, loaded = job.settings(ProbingSettings), job.output, job.model()
 with (
     HiddenStates(job.input.hidden_states) as store,
     job.optional_h5("mixing_maps") as mixing,
     atomic_h5(output.features) as features,
 ):
-    heads, best = syntax_pass(
-        store,
-        loaded.weights,
-        metas,
-        list(params.sources),
-        features,
-        batch_size=params.batch_size,
-        device=loaded.device,
-        mode=params.word_mode,
-        mixing=mixing,
-        log=log,
-    )
+    metas = read_meta(job.input.encoded)
+    heads, best = syntax_pass(store, loaded.weights, metas, settings, features, mixing, job.log)
 write_table(heads, output.heads)
 write_table(best, output.best)
-log.info("wrote %s (%d rows), %s and %s", output.heads, len(heads), output.best, output.features)
+job.log.info(
+    "wrote %s (%d rows), %s and %s", output.heads, len(heads), output.best, output.features
+)

@@ -2,23 +2,24 @@
 
 from attnscope.analyses.views.page import render_index, render_page
 from attnscope.analyses.views.payload import sequence_page
+from attnscope.analyses.views.settings import ViewsSettings
 from attnscope.core.files import atomic_folder
 from attnscope.core.store import HiddenStates
 from attnscope.pipeline.job import Job
 
 job = Job(snakemake)
-log, params = job.log, job.params
+log, settings = job.log, job.settings(ViewsSettings)
 model_name, corpus = job.wildcards.model, job.wildcards.corpus
-loaded = job.model(with_head=params.scopes)  # the prediction row comes with the scopes
+loaded = job.model(with_head=settings.scopes)  # the prediction row comes with the scopes
 tokenizer = job.tokenizer()
-prediction = loaded.prediction(tokenizer, params.contrast)
+prediction = loaded.prediction(tokenizer, settings.contrast)
 with (
     HiddenStates(job.input.hidden_states) as store,
     atomic_folder(job.output[0]) as out,
 ):
-    chosen = params.sequences
+    chosen = settings.sequences
     if chosen is None:
-        chosen = list(range(min(params.max_pages, store.n_sequences)))
+        chosen = list(range(min(settings.max_pages, store.n_sequences)))
     missing = [i for i in chosen if i >= store.n_sequences]
     if missing:
         raise ValueError(
@@ -28,18 +29,7 @@ with (
     entries = []
     for index in chosen:
         page = sequence_page(
-            store,
-            index,
-            loaded.weights,
-            loaded.model,
-            tokenizer,
-            scopes=params.scopes,
-            ig_steps=params.ig_steps,
-            top_k=params.top_k,
-            max_rel_residual=job.bound("mixing"),
-            device=loaded.device,
-            log=log,
-            prediction=prediction,
+            store, index, loaded.weights, loaded.model, tokenizer, settings, log, prediction
         )
         file = f"sequence_{index:04d}.html"
         text = render_page(page, f"{model_name} / {corpus} / sequence {index}")

@@ -4,21 +4,19 @@
 from pathlib import Path
 
 from attnscope.analyses.weights.gradients import not_applicable
+from attnscope.analyses.weights.settings import GradientSettings
 from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates
 from attnscope.pipeline.job import Job
 
 job = Job(snakemake)
-log, params, out = job.log, job.params, job.output[0]
+log, settings, out = job.log, job.settings(GradientSettings), job.output[0]
 with HiddenStates(job.input.hidden_states) as store:
     if job.manifest["lm_head"] is None:
         log.info("model %s has no language-model head: not applicable", job.manifest["name"])
         table = not_applicable(store.n_layers)
     else:
         loaded = job.model(with_head=True)
-        table = loaded.gradient_importance(
-            store, scratch_folder=Path(out).parent, rate=params.mask_rate, seed=params.seed,
-            batch_size=params.batch_size, limit=params.n_sequences or None, log=log,
-        )  # fmt: skip
+        table = loaded.gradient_importance(store, Path(out).parent, settings, log)
 write_table(table, out)
 log.info("wrote %s", out)

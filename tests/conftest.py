@@ -246,12 +246,12 @@ def write_tiny_encoded(path, family: str, batch: int = 4, length: int = 16, seed
 
 def write_tiny_store(tmp_path, family: str, batch: int = 4, length: int = 16, head="base"):
     """(hidden_states.h5 path, model): a tiny random model run over a tiny encoded corpus."""
-    from attnscope.pipeline.extract import extract
+    from attnscope.pipeline.extract import ExtractSettings, extract
 
     model = tiny_model(family, head=head)
     encoded = write_tiny_encoded(tmp_path / f"{family}-encoded.h5", family, batch, length)
     store = tmp_path / f"{family}-hidden_states.h5"
-    extract(model, encoded, store, batch_size=3, device="cpu")
+    extract(model, encoded, store, ExtractSettings(batch_size=3))
     return store, model
 
 
@@ -261,7 +261,7 @@ def write_tiny_model_run(
     """(hidden_states.h5, model, manifest.json) as the workflow leaves them for a rule script:
     the tiny model saved as a folder with a tokenizer file, its manifest, and states made with
     the manifest's weights hash. A saved tokenizer in `tmp_path / "model"` is kept."""
-    from attnscope.pipeline.extract import extract
+    from attnscope.pipeline.extract import ExtractSettings, extract
     from attnscope.pipeline.models import build_manifest, manifest_attrs, write_manifest
 
     model = tiny_model(family, head=head, layers=layers)
@@ -273,7 +273,7 @@ def write_tiny_model_run(
     write_manifest(tmp_path / "manifest.json", manifest)
     encoded = write_tiny_encoded(tmp_path / f"{family}-encoded.h5", family, batch, length)
     store = tmp_path / f"{family}-hidden_states.h5"
-    extract(model, encoded, store, batch_size=3, device="cpu", attrs=manifest_attrs(manifest))
+    extract(model, encoded, store, ExtractSettings(batch_size=3), attrs=manifest_attrs(manifest))
     return store, model, tmp_path / "manifest.json"
 
 

@@ -11,6 +11,7 @@ import torch
 
 from attnscope.analyses.attend.corpus_pass import corpus_pass
 from attnscope.analyses.attend.lift import key_classes
+from attnscope.analyses.attend.settings import AttendSettings
 from attnscope.analyses.attend.statistics import head_rows
 from attnscope.analyses.attend.trt_terms import EMBED_PAIRS, OFFSETS, PROFILES, term_profiles
 from attnscope.architectures import architecture, canonical_weights
@@ -18,7 +19,7 @@ from attnscope.core.checks import CheckError
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CATEGORY_NAMES
 from attnscope.maps.attend import attend_split
-from attnscope.pipeline.extract import extract
+from attnscope.pipeline.extract import ExtractSettings, extract
 from conftest import tiny_model, write_tiny_encoded, write_tiny_model_run, write_tiny_store
 
 SEQUENCES = 2
@@ -73,7 +74,7 @@ def test_the_sums_equal_the_terms_of_attend_row_by_row(tmp_path, family):
     weights = canonical_weights(model)
     with HiddenStates(path) as store:
         sums, check = corpus_pass(
-            store, weights, model, sequences=SEQUENCES, device="cpu", max_rel_residual=1e-4
+            store, weights, model, AttendSettings(sequences=SEQUENCES, max_rel_residual=1e-4)
         )
         assert set(check["stage"]) == {"state", "attention output", "lift", "lift pairs"}
         assert check["max_rel"].max() <= 1e-4
@@ -141,7 +142,10 @@ def test_the_first_layer_lifts_only_embedding_and_bias_pairs(tmp_path, family, n
     path, model = write_tiny_store(tmp_path, family)
     with HiddenStates(path) as store:
         sums, _ = corpus_pass(
-            store, canonical_weights(model), model, sequences=1, device="cpu", max_rel_residual=1e-4
+            store,
+            canonical_weights(model),
+            model,
+            AttendSettings(sequences=1, max_rel_residual=1e-4),
         )
     table = sums.lift_table(top_k=100, classes=False)
     first = table[table["layer"] == 1]
@@ -172,7 +176,7 @@ def test_weights_that_miss_the_stored_states_fail_by_layer_and_stage(tmp_path, c
     with torch.no_grad():
         changed(weights.layers[0]).mul_(1.01)  # the stored states come from the unchanged model
     with HiddenStates(path) as store, pytest.raises(CheckError, match=message):
-        corpus_pass(store, weights, model, sequences=1, device="cpu", max_rel_residual=1e-4)
+        corpus_pass(store, weights, model, AttendSettings(sequences=1, max_rel_residual=1e-4))
 
 
 @pytest.mark.parametrize("family", ["bert", "llama"])
@@ -186,11 +190,11 @@ def test_a_layer_subset_store_gives_the_whole_stores_sums_for_its_layers(tmp_pat
     found = {}
     for layers in ("all", [3]):
         path = tmp_path / f"states-{layers}.h5"
-        extract(model, encoded, path, batch_size=3, device="cpu", layers=layers)
+        extract(model, encoded, path, ExtractSettings(batch_size=3, layers=layers))
         with HiddenStates(path) as store:
             assert store.stores(1) == (layers == "all")
             found[str(layers)] = corpus_pass(
-                store, weights, model, sequences=2, device="cpu", max_rel_residual=1e-4
+                store, weights, model, AttendSettings(sequences=2, max_rel_residual=1e-4)
             )[0]
     whole, subset = found["all"], found["[3]"]
     assert sorted(subset.sums) == [(3, h) for h in range(1, 5)]
@@ -210,15 +214,17 @@ def test_the_streamed_route_gives_the_same_sums_reading_no_layer_after_the_last_
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", "llama")
     path = tmp_path / "states-2.h5"
     attrs = manifest_attrs(read_manifest(manifest))
-    extract(model, encoded, path, batch_size=3, device="cpu", layers=[2], attrs=attrs)
+    extract(model, encoded, path, ExtractSettings(batch_size=3, layers=[2]), attrs=attrs)
     found = {}
     for loading in ("whole-model", "layer-streamed"):
         loaded = open_model(manifest, loading=loading)
         with HiddenStates(path) as store:
             found[loading] = corpus_pass(
-                store, loaded.weights, loaded.model, sequences=2, device="cpu",
-                max_rel_residual=1e-4,
-            )[0]  # fmt: skip
+                store,
+                loaded.weights,
+                loaded.model,
+                AttendSettings(sequences=2, max_rel_residual=1e-4),
+            )[0]
     assert loaded.weights.layers.reads == 2 * 2  # 2 sequences x layers 1, 2
     whole, streamed = found["whole-model"], found["layer-streamed"]
     assert sorted(streamed.sums) == [(2, h) for h in range(1, 5)]
@@ -252,7 +258,7 @@ def test_trt_term_profiles_equal_the_diagonals_of_attend_terms(tmp_path, family)
     weights = canonical_weights(model)
     with HiddenStates(path) as store:
         sums, _ = corpus_pass(
-            store, weights, model, sequences=SEQUENCES, device="cpu", max_rel_residual=1e-4
+            store, weights, model, AttendSettings(sequences=SEQUENCES, max_rel_residual=1e-4)
         )
         table = sums.trt_table()
         assert list(table.columns) == ["layer", "head", "pair", "t", "value"]
@@ -289,10 +295,13 @@ def test_zeroed_position_embeddings_give_zero_position_profiles(tmp_path, family
                 p.zero_()
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", family)
     path = tmp_path / "states.h5"
-    extract(model, encoded, path, batch_size=3, device="cpu")
+    extract(model, encoded, path, ExtractSettings(batch_size=3))
     with HiddenStates(path) as store:
         sums, _ = corpus_pass(
-            store, canonical_weights(model), model, sequences=1, device="cpu", max_rel_residual=1e-4
+            store,
+            canonical_weights(model),
+            model,
+            AttendSettings(sequences=1, max_rel_residual=1e-4),
         )
     table = sums.trt_table()
     if family == "llama":
@@ -431,14 +440,12 @@ def test_a_component_window_merges_the_earlier_layers_exactly(tmp_path, family):
     weights = canonical_weights(model)
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", family)
     path = tmp_path / "states.h5"
-    extract(model, encoded, path, batch_size=3, device="cpu")
+    extract(model, encoded, path, ExtractSettings(batch_size=3))
     found = {}
     with HiddenStates(path) as store:
         for window in (0, 1):
-            found[window] = corpus_pass(
-                store, weights, model, sequences=2, device="cpu", max_rel_residual=1e-4,
-                window=window,
-            )[0]  # fmt: skip
+            settings = AttendSettings(2, max_rel_residual=1e-4, component_window=window)
+            found[window] = corpus_pass(store, weights, model, settings)[0]
     whole, windowed = found[0], found[1]
     embed = [c for c in whole.components[1] if c.startswith("embed")]
     H = weights.n_heads

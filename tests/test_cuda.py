@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from attnscope.core.store import HiddenStates
-from attnscope.pipeline.extract import extract
+from attnscope.pipeline.extract import ExtractSettings, extract
 from attnscope.pipeline.models import pick_device
 from conftest import tiny_model, write_tiny_encoded
 
@@ -58,8 +58,13 @@ def test_a_device_is_the_one_asked_for_or_refused_by_name():
 @pytest.mark.parametrize("family", ["bert", "gpt2"])
 def test_extraction_on_the_gpu_equals_the_cpu(tmp_path, family):
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", family, batch=6, length=16)
-    extract(tiny_model(family), encoded, tmp_path / "cpu.h5", batch_size=4, device="cpu")
-    extract(tiny_model(family), encoded, tmp_path / "gpu.h5", batch_size=4, device="cuda")
+    extract(tiny_model(family), encoded, tmp_path / "cpu.h5", ExtractSettings(batch_size=4))
+    extract(
+        tiny_model(family),
+        encoded,
+        tmp_path / "gpu.h5",
+        ExtractSettings(batch_size=4, device="cuda"),
+    )
     with HiddenStates(tmp_path / "cpu.h5") as cpu, HiddenStates(tmp_path / "gpu.h5") as gpu:
         real = cpu.attention_mask.astype(bool)
         for layer in range(cpu.n_layers + 1):

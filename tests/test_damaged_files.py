@@ -312,25 +312,26 @@ class Sleeping:
 from attnscope.core.store import HiddenStates
 results = work / "results" / "m" / "c"
 if job == "extraction":  # a layer subset's states pass through a scratch file
-    from attnscope.pipeline.extract import extract_streamed
-    extract_streamed(work / "model", work / "encoded.h5", results / "hidden_states.h5", 2, "cpu",
-                     log=Sleeping(), layers=[2])
+    from attnscope.pipeline.extract import ExtractSettings, extract_streamed
+    extract_streamed(work / "model", work / "encoded.h5", results / "hidden_states.h5",
+                     ExtractSettings(2, layers=[2]), log=Sleeping())
 elif job == "gradients":
+    from attnscope.analyses.weights.settings import GradientSettings
     from attnscope.analyses.weights.streamed_backward import streamed_gradient_importance
     from attnscope.pipeline.streamed_weights import streamed_head, streamed_model
     _, weights = streamed_model(work / "model", "cpu")
     head = streamed_head(work / "model", "causal", "cpu")
     with HiddenStates(work / "states.h5") as store:
-        streamed_gradient_importance(work / "model", weights, head, store, None, 0.3, 0, 2,
-                                     "cpu", scratch_folder=results / "weights", log=Sleeping())
+        streamed_gradient_importance(work / "model", weights, head, store, None,
+                                     GradientSettings(2, 0.3, 0), results / "weights", Sleeping())
 else:  # the JS distances of the layer-streamed route
     from attnscope.analyses.weights.head_distances import attention_entries, entries_columns
-    from attnscope.pipeline.layer_walks import by_layer
+    from attnscope.pipeline.layer_walks import Batches, by_layer
     from attnscope.pipeline.streamed_weights import streamed_model
     _, weights = streamed_model(work / "model", "cpu")
     with HiddenStates(work / "states.h5") as store:
         columns = entries_columns(store, 2, weights.causal)
-        blocks = by_layer(store, weights.layers, 2, attention_entries, columns,
+        blocks = by_layer(store, weights.layers, Batches(2), attention_entries, columns,
                           results / "weights", log=Sleeping())
         next(blocks)
 """
@@ -342,12 +343,12 @@ def test_scratch_files_of_a_killed_job_are_swept_and_a_live_ones_kept(tmp_path, 
     scratch folders of the layer-streamed gradients and JS distances are held by their job
     while it runs (the start-up sweep leaves them) and removed by the next sweep after kill -9;
     nothing else in the results folder is touched."""
-    from attnscope.pipeline.extract import extract
+    from attnscope.pipeline.extract import ExtractSettings, extract
 
     model = tiny_model("llama", head="causal", layers=3)
     model.save_pretrained(tmp_path / "model")
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", "llama", batch=5, length=16)
-    extract(model.base_model, encoded, tmp_path / "states.h5", batch_size=2, device="cpu")
+    extract(model.base_model, encoded, tmp_path / "states.h5", ExtractSettings(batch_size=2))
     results = tmp_path / "results"
     finished = results / "m" / "c" / "weights" / "heads.tsv"
     finished.parent.mkdir(parents=True)

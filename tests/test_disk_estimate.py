@@ -10,7 +10,7 @@ from attnscope.pipeline.disk_estimate import (
     hidden_state_bytes,
     require_space,
 )
-from attnscope.pipeline.extract import extract
+from attnscope.pipeline.extract import ExtractSettings, extract
 from conftest import tiny_model, write_tiny_encoded
 
 
@@ -21,7 +21,12 @@ def test_hidden_state_estimate_is_the_full_store(tmp_path):
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", "llama", batch=5, length=32)
     with h5py.File(encoded, "a") as f:
         f["attention_mask"][...] = 1
-    extract(tiny_model("llama"), encoded, tmp_path / "hs.h5", 2, "cpu", dtype="bfloat16")
+    extract(
+        tiny_model("llama"),
+        encoded,
+        tmp_path / "hs.h5",
+        ExtractSettings(batch_size=2, dtype="bfloat16"),
+    )
     with h5py.File(tmp_path / "hs.h5") as f:
         n_layers = len(f["hidden"]) - 1
         stored = sum(f[f"hidden/{l}"].id.get_storage_size() for l in range(n_layers + 1))

@@ -10,7 +10,7 @@ import torch
 from attnscope.architectures import canonical_weights
 from attnscope.core.attention import layer_forward
 from attnscope.core.store import HiddenStates
-from attnscope.pipeline.extract import BackgroundWriter, extract
+from attnscope.pipeline.extract import BackgroundWriter, ExtractSettings, extract
 from conftest import tiny_model, write_tiny_encoded, write_tiny_store
 
 
@@ -49,7 +49,7 @@ def test_float16_storage(tmp_path):
     model = tiny_model("bert")
     encoded = write_tiny_encoded(tmp_path / "enc.h5", "bert")
     out = tmp_path / "hs.h5"
-    extract(model, encoded, out, batch_size=2, device="cpu", dtype="float16")
+    extract(model, encoded, out, ExtractSettings(batch_size=2, dtype="float16"))
     with h5py.File(out, "r") as f:
         assert f["hidden/1"].dtype == np.float16
         assert f.attrs["dtype"] == "float16"
@@ -68,7 +68,7 @@ def test_padding_past_a_batchs_real_length_is_neither_written_nor_stored(tmp_pat
             f[name][...] = values
         f["attention_mask"][8] = 1
     out = tmp_path / "hs.h5"
-    extract(model, encoded, out, batch_size=4, device="cpu")
+    extract(model, encoded, out, ExtractSettings(batch_size=4))
     with h5py.File(out, "r") as f:
         state = f["hidden/2"]
         d = state.shape[-1]
@@ -87,7 +87,7 @@ def test_failed_extraction_leaves_no_file(tmp_path):
         f["input_ids"][...] = ids
     out = tmp_path / "hs.h5"
     with pytest.raises(IndexError):
-        extract(model, encoded, out, batch_size=1, device="cpu")
+        extract(model, encoded, out, ExtractSettings(batch_size=1))
     assert list(tmp_path.glob("hs.h5*")) == []
 
 
@@ -142,7 +142,7 @@ def test_check_store_tool_accepts_a_float16_store_and_says_why_it_rejects(tmp_pa
     model = tiny_model("bert")
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", "bert")
     store = tmp_path / "hs16.h5"
-    extract(model, encoded, store, batch_size=3, device="cpu", dtype="float16")
+    extract(model, encoded, store, ExtractSettings(batch_size=3, dtype="float16"))
     model.save_pretrained(tmp_path / "model")
     manifest = tmp_path / "manifest.json"
     manifest.write_text(json.dumps({"path": str(tmp_path / "model")}))
@@ -163,7 +163,7 @@ def test_extraction_with_sdpa_equals_the_eager_forward_and_restores_eager(tmp_pa
     model = tiny_model("bert")
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", "bert", batch=5, length=16)
     store = tmp_path / "hs.h5"
-    extract(model, encoded, store, batch_size=2, device="cpu")
+    extract(model, encoded, store, ExtractSettings(batch_size=2))
     assert model.config._attn_implementation == "eager"
     with HiddenStates(store) as hs, torch.no_grad():
         ids = torch.from_numpy(hs.input_ids.astype(np.int64))

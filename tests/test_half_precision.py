@@ -8,11 +8,13 @@ import pytest
 import torch
 
 from attnscope.analyses.mixing.corpus_pass import corpus_pass as mixing_corpus
+from attnscope.analyses.mixing.settings import MixingSettings
 from attnscope.analyses.norms.corpus_pass import corpus_pass as norms_corpus
+from attnscope.analyses.norms.settings import NormsSettings
 from attnscope.architectures import canonical_weights
 from attnscope.core.checks import NonFiniteError
 from attnscope.core.store import HiddenStates, atomic_h5
-from attnscope.pipeline.extract import extract, extract_streamed
+from attnscope.pipeline.extract import ExtractSettings, extract, extract_streamed
 from attnscope.pipeline.models import check_compute_dtype
 from conftest import tiny_model, write_tiny_encoded
 
@@ -41,8 +43,8 @@ def distance(path_a, path_b) -> list[float]:
 def test_bfloat16_store_holds_each_states_bfloat16_bits(tmp_path):
     model = tiny_model("llama")
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", "llama", batch=5)
-    extract(model, encoded, tmp_path / "f32.h5", batch_size=2, device="cpu")
-    extract(model, encoded, tmp_path / "bf16.h5", batch_size=2, device="cpu", dtype="bfloat16")
+    extract(model, encoded, tmp_path / "f32.h5", ExtractSettings(batch_size=2))
+    extract(model, encoded, tmp_path / "bf16.h5", ExtractSettings(batch_size=2, dtype="bfloat16"))
     with h5py.File(tmp_path / "bf16.h5") as f:
         assert f.attrs["dtype"] == "bfloat16"
         assert all(f[f"hidden/{l}"].dtype == np.uint16 for l in range(3))
@@ -62,10 +64,10 @@ def test_16_bit_forward_stays_within_its_stated_distance(tmp_path, family, compu
     folder = tmp_path / "model"
     tiny_model(family).save_pretrained(folder)
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", family, batch=5)
-    run = dict(batch_size=2, device="cpu")
-    extract(tiny_model(family), encoded, tmp_path / "f32.h5", **run)
-    extract(tiny_model(family), encoded, tmp_path / "whole.h5", **run, compute_dtype=compute_dtype)
-    extract_streamed(folder, encoded, tmp_path / "streamed.h5", **run, compute_dtype=compute_dtype)
+    run = ExtractSettings(batch_size=2, compute_dtype=compute_dtype)
+    extract(tiny_model(family), encoded, tmp_path / "f32.h5", ExtractSettings(batch_size=2))
+    extract(tiny_model(family), encoded, tmp_path / "whole.h5", run)
+    extract_streamed(folder, encoded, tmp_path / "streamed.h5", run)
     low, high = DISTANCE[compute_dtype]
     whole = distance(tmp_path / "f32.h5", tmp_path / "whole.h5")
     streamed = distance(tmp_path / "f32.h5", tmp_path / "streamed.h5")
@@ -82,21 +84,36 @@ def test_analyses_decompose_a_bfloat16_forwards_store_in_float32(tmp_path, dtype
     model = tiny_model("llama")
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", "llama", batch=5)
     store_path = tmp_path / "states.h5"
-    extract(model, encoded, store_path, 2, "cpu", dtype=dtype, compute_dtype="bfloat16")
+    extract(
+        model,
+        encoded,
+        store_path,
+        ExtractSettings(batch_size=2, dtype=dtype, compute_dtype="bfloat16"),
+    )
     model = model.float()
     weights = canonical_weights(model)
     with HiddenStates(store_path) as store:
         assert not store.exact
         with atomic_h5(tmp_path / "norms.h5") as maps:
             _, residual = norms_corpus(
-                store, weights, model, maps, batch_size=2, device="cpu", sample_size=100,
-                seed=0, max_rel_residual=1e-4,
-            )  # fmt: skip
+                store,
+                weights,
+                model,
+                maps,
+                NormsSettings(
+                    batch_size=2, spearman_sample_size=100, seed=0, max_rel_residual=1e-4
+                ),
+            )
         with atomic_h5(tmp_path / "mixing.h5") as maps:
             mixing = mixing_corpus(
-                store, weights, model, maps, batch_size=2, device="cpu", ig_steps=0,
-                max_rel_residual=1e-4, maps_dtype="float32",
-            )  # fmt: skip
+                store,
+                weights,
+                model,
+                maps,
+                MixingSettings(
+                    batch_size=2, ig_steps=0, max_rel_residual=1e-4, maps_dtype="float32"
+                ),
+            )
     assert len(residual) == model.config.num_hidden_layers
     assert (residual["max_rel"] < 1e-5).all()
     assert set(mixing.check["layer"]) == {1, 2} and (mixing.check["max_rel"] < 1e-4).all()
@@ -125,9 +142,10 @@ def overflowing_llama(folder):
 
 
 def run_route(route: str, model, folder, encoded, out, **settings):
+    """Extract on `route` in batches of 2; `settings`: `ExtractSettings`' others."""
     if route == "whole-model":
-        return extract(model, encoded, out, batch_size=2, device="cpu", **settings)
-    return extract_streamed(folder, encoded, out, batch_size=2, device="cpu", **settings)
+        return extract(model, encoded, out, ExtractSettings(batch_size=2, **settings))
+    return extract_streamed(folder, encoded, out, ExtractSettings(batch_size=2, **settings))
 
 
 def full_batch_state(tmp_path, state: int) -> np.ndarray:

@@ -8,7 +8,7 @@ import pytest
 
 from attnscope.core.layer_selection import LayerSelectionError, selected_layers, stored_states
 from attnscope.core.store import HiddenStates, StateNotStoredError
-from attnscope.pipeline.extract import extract, extract_streamed
+from attnscope.pipeline.extract import ExtractSettings, extract, extract_streamed
 from conftest import tiny_model, write_tiny_encoded
 
 HEADS = {"bert": "mlm", "llama": "causal"}
@@ -36,9 +36,11 @@ def test_a_subset_store_keeps_the_states_of_its_layers_on_both_routes(tmp_path, 
     folder = tmp_path / "model"
     model.save_pretrained(folder)
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", family, batch=5, length=16)
-    extract(model, encoded, tmp_path / "full.h5", batch_size=2, device="cpu")
-    extract(model, encoded, tmp_path / "whole.h5", batch_size=2, device="cpu", layers=chosen)
-    extract_streamed(folder, encoded, tmp_path / "streamed.h5", 2, "cpu", layers=chosen)
+    extract(model, encoded, tmp_path / "full.h5", ExtractSettings(batch_size=2))
+    extract(model, encoded, tmp_path / "whole.h5", ExtractSettings(batch_size=2, layers=chosen))
+    extract_streamed(
+        folder, encoded, tmp_path / "streamed.h5", ExtractSettings(batch_size=2, layers=chosen)
+    )
     expected = stored_states([l - 1 for l in chosen], 3)
     with h5py.File(tmp_path / "full.h5") as full:
         for route in ("whole", "streamed"):
@@ -64,14 +66,15 @@ def test_a_subset_stores_rotary_bands_and_mixing_equal_the_full_stores(tmp_path)
     stage is checked against the module recomputed from X; the rotary bands, the mixing
     ratios and the maps of layers 1 and 3 equal those of the store of every layer."""
     from attnscope.analyses.mixing.corpus_pass import corpus_pass
+    from attnscope.analyses.mixing.settings import MixingSettings
     from attnscope.analyses.position import rotary
     from attnscope.architectures import canonical_weights
     from attnscope.core.store import atomic_h5
 
     model = tiny_model("llama", layers=3)
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", "llama", batch=5, length=16)
-    extract(model, encoded, tmp_path / "full.h5", batch_size=2, device="cpu")
-    extract(model, encoded, tmp_path / "subset.h5", batch_size=2, device="cpu", layers=[1, 3])
+    extract(model, encoded, tmp_path / "full.h5", ExtractSettings(batch_size=2))
+    extract(model, encoded, tmp_path / "subset.h5", ExtractSettings(batch_size=2, layers=[1, 3]))
     weights = canonical_weights(model)
     results = {}
     for name in ("full", "subset"):
@@ -82,10 +85,15 @@ def test_a_subset_stores_rotary_bands_and_mixing_equal_the_full_stores(tmp_path)
             )
             with atomic_h5(tmp_path / f"{name}-maps.h5") as maps:
                 mixing = corpus_pass(
-                    store, weights, model, maps, batch_size=2, device="cpu", ig_steps=0,
-                    max_rel_residual=1e-4, maps_dtype="float32",
+                    store,
+                    weights,
+                    model,
+                    maps,
+                    MixingSettings(
+                        batch_size=2, ig_steps=0, max_rel_residual=1e-4, maps_dtype="float32"
+                    ),
                     layers=None if name == "full" else store.layers,
-                )  # fmt: skip
+                )
         results[name] = bands, mixing.ratios.table(), mixing.check
     for full, subset in zip(results["full"], results["subset"], strict=True):
         expected, got = of_layers(full, [1, 3]), of_layers(subset, [1, 3])
@@ -129,7 +137,12 @@ def test_the_streamed_pass_needs_room_for_the_store_and_the_scratch_file(tmp_pat
     is computed, and leaves neither the store nor the scratch file."""
     from attnscope.pipeline import disk_estimate
     from attnscope.pipeline.disk_estimate import DiskSpaceError, hidden_state_bytes
-    from attnscope.pipeline.extract import scratch_states, state_store, streamed_bytes
+    from attnscope.pipeline.extract import (
+        ExtractSettings,
+        scratch_states,
+        state_store,
+        streamed_bytes,
+    )
 
     model = tiny_model("bert", layers=3)
     folder = tmp_path / "model"
@@ -149,5 +162,7 @@ def test_the_streamed_pass_needs_room_for_the_store_and_the_scratch_file(tmp_pat
     scratch_alone = 2 * state
     monkeypatch.setattr(disk_estimate, "free_bytes", lambda path: scratch_alone + 1)
     with pytest.raises(DiskSpaceError, match=r"streamed\.h5\.scratch\.h5.* needs up to"):
-        extract_streamed(folder, encoded, tmp_path / "streamed.h5", 2, "cpu", layers=[2])
+        extract_streamed(
+            folder, encoded, tmp_path / "streamed.h5", ExtractSettings(batch_size=2, layers=[2])
+        )
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("streamed")]

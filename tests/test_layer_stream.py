@@ -15,7 +15,7 @@ from attnscope.architectures import StreamingUnavailableError
 from attnscope.core.store import write_encoded
 from attnscope.data.corpora import encode_corpus
 from attnscope.pipeline.config_checks import ConfigError, check_models
-from attnscope.pipeline.extract import extract, extract_streamed
+from attnscope.pipeline.extract import ExtractSettings, extract, extract_streamed
 from attnscope.pipeline.layer_stream import LayerStream, loading_route
 from attnscope.pipeline.models import resolve_folder
 from conftest import CLASSIC, DECODERS, SPECIAL_VOCAB, tiny_model, write_tiny_encoded
@@ -51,8 +51,8 @@ def saved(tmp_path, family: str, **save) -> tuple[Path, torch.nn.Module]:
 def test_streamed_store_equals_the_whole_model_store(tmp_path, family):
     folder, model = saved(tmp_path, family)
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", family, batch=5, length=16)
-    extract(model, encoded, tmp_path / "whole.h5", batch_size=2, device="cpu")
-    extract_streamed(folder, encoded, tmp_path / "streamed.h5", batch_size=2, device="cpu")
+    extract(model, encoded, tmp_path / "whole.h5", ExtractSettings(batch_size=2))
+    extract_streamed(folder, encoded, tmp_path / "streamed.h5", ExtractSettings(batch_size=2))
     assert_same_stores(tmp_path / "whole.h5", tmp_path / "streamed.h5")
 
 
@@ -70,8 +70,10 @@ def test_streamed_store_equals_the_whole_model_store_on_minilm(tmp_path):
     corpus = encode_corpus("texts", [], AutoTokenizer.from_pretrained(folder), {"texts": texts})
     write_encoded(tmp_path / "encoded.h5", corpus)
     model = load_model(str(folder))
-    extract(model, tmp_path / "encoded.h5", tmp_path / "whole.h5", batch_size=2, device="cpu")
-    extract_streamed(folder, tmp_path / "encoded.h5", tmp_path / "streamed.h5", 2, "cpu")
+    extract(model, tmp_path / "encoded.h5", tmp_path / "whole.h5", ExtractSettings(batch_size=2))
+    extract_streamed(
+        folder, tmp_path / "encoded.h5", tmp_path / "streamed.h5", ExtractSettings(batch_size=2)
+    )
     assert_same_stores(tmp_path / "whole.h5", tmp_path / "streamed.h5")
 
 
@@ -84,8 +86,8 @@ def test_sharded_bfloat16_checkpoint_streams_in_float32(tmp_path):
     assert (folder / "model.safetensors.index.json").is_file()
     assert len(list(folder.glob("*.safetensors"))) > 2
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", "llama", batch=4, length=16)
-    extract(model.float(), encoded, tmp_path / "whole.h5", batch_size=3, device="cpu")
-    extract_streamed(folder, encoded, tmp_path / "streamed.h5", batch_size=3, device="cpu")
+    extract(model.float(), encoded, tmp_path / "whole.h5", ExtractSettings(batch_size=3))
+    extract_streamed(folder, encoded, tmp_path / "streamed.h5", ExtractSettings(batch_size=3))
     assert_same_stores(tmp_path / "whole.h5", tmp_path / "streamed.h5")
 
 
@@ -161,9 +163,9 @@ def test_the_route_auto_streams_only_a_model_larger_than_half_the_free_memory(tm
 
 MEMORY_RUN = """
 import sys
-from attnscope.pipeline.extract import {route}
+from attnscope.pipeline.extract import ExtractSettings, {route}
 {prelude}
-{route}({model}, sys.argv[2], sys.argv[3], batch_size=2, device="cpu")
+{route}({model}, sys.argv[2], sys.argv[3], ExtractSettings(batch_size=2))
 # VmHWM: this program's own peak (ru_maxrss would carry the forking test process's over exec)
 status = open("/proc/self/status").read().split("VmHWM:")[1]
 print(int(status.split()[0]))

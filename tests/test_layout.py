@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+import attnscope
 from attnscope.pipeline.outputs import families
 
 ROOT = Path(__file__).parents[1]
@@ -188,3 +189,74 @@ def test_the_import_check_finds_a_crossing(tmp_path):
     module = tmp_path / "payload.py"
     module.write_text("from attnscope.analyses.mixing.corpus_pass import corpus_pass\n")
     assert imported_families(module) == {"mixing"}
+
+
+# A family's settings travel as one dataclass (`Job.settings`), not as a dozen keywords:
+# no function of analyses/ or pipeline/ takes more than this many parameters.
+MAX_PARAMETERS = 8
+
+
+def long_signatures(root: Path, folders: list[str]) -> dict[str, int]:
+    """{"<folder>/<file>:<function>": parameter count} of the functions in `folders` (under
+    `root`) that take more than MAX_PARAMETERS (a leading self or cls not counted, *args and
+    **kwargs counted)."""
+    found = {}
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                    args = node.args
+                    names = [a.arg for a in args.posonlyargs + args.args + args.kwonlyargs]
+                    count = len(names) - (names[:1] in (["self"], ["cls"]))
+                    count += (args.vararg is not None) + (args.kwarg is not None)
+                    if count > MAX_PARAMETERS:
+                        found[f"{path.relative_to(root).as_posix()}:{node.name}"] = count
+    return found
+
+
+def test_no_analysis_or_pipeline_function_takes_nine_or_more_parameters():
+    """A family's settings reach its functions as one dataclass (`Job.settings`)."""
+    found = long_signatures(Path(attnscope.__file__).parent, ["analyses", "pipeline"])
+    assert found == {}
+
+
+def test_the_signature_check_counts_parameters(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "m.py").write_text(
+        "def short(self, a, b, c, d, e, f, g, h): pass\n"
+        "def long(a, b, c, d, e, f, g, *, h, i=0): pass\n"
+        "class C:\n    def starred(self, a, b, c, d, e, f, g, *args, **kwargs): pass\n"
+    )
+    assert long_signatures(tmp_path, ["a"]) == {"a/m.py:long": 9, "a/m.py:starred": 9}
+
+
+def test_job_settings_read_params_but_bounds_memory_and_device_from_the_config():
+    """`Job.settings`: each field from the rule's param of its name, the default where the
+    rule passes none; the bound (another family's where the settings say so), the working
+    memory and the device from the configuration, which no param carries (changing them
+    reruns nothing)."""
+    from types import SimpleNamespace
+
+    from attnscope.analyses.norms.settings import NormsSettings
+    from attnscope.analyses.views.settings import ViewsSettings
+    from attnscope.pipeline.job import Job
+
+    job = Job.__new__(Job)  # no process set-up (`runlog.start`): the settings alone
+    job.params = SimpleNamespace(
+        batch_size=3, spearman_sample_size=40, seed=7, maps_top_k=5, scopes=True, ig_steps=0,
+        top_k=16, max_rel_residual=9.0, memory_budget_mb=9, device="cuda",
+    )  # fmt: skip
+    job.config = {
+        "analyses": {"norms": {"max_rel_residual": 1e-4}, "mixing": {"max_rel_residual": 2e-3}},
+        "memory_budget_mb": 256,
+        "device": "cpu",
+    }
+    norms = job.settings(NormsSettings)
+    assert (norms.batch_size, norms.spearman_sample_size, norms.seed) == (3, 40, 7)
+    assert (norms.maps_top_k, norms.maps_dtype) == (5, "float32")  # the default: no param
+    assert (norms.max_rel_residual, norms.memory_budget_mb, norms.device) == (1e-4, 256, "cpu")
+    views = job.settings(ViewsSettings)
+    assert (views.scopes, views.top_k, views.max_rel_residual) == (True, 16, 2e-3)
+    with pytest.raises(TypeError, match="ig_steps"):
+        job.params = SimpleNamespace(batch_size=3)  # a field without a default needs its param
+        job.settings(ViewsSettings)

@@ -278,6 +278,7 @@ def run_corpus(tmp_path, family):
     import h5py
 
     from attnscope.analyses.mixing.corpus_pass import corpus_pass
+    from attnscope.analyses.mixing.settings import MixingSettings
     from attnscope.core.store import atomic_h5
 
     path, model = write_tiny_store(tmp_path, family)
@@ -289,11 +290,7 @@ def run_corpus(tmp_path, family):
             weights,
             model,
             maps,
-            batch_size=3,
-            device="cpu",
-            ig_steps=0,
-            max_rel_residual=1e-4,
-            maps_dtype="float32",
+            MixingSettings(batch_size=3, ig_steps=0, max_rel_residual=1e-4, maps_dtype="float32"),
         )
     return path, model, h5py.File(maps_path, "r"), result
 
@@ -386,6 +383,7 @@ def test_run_fails_when_the_ff_split_is_incomplete(tmp_path):
     """A coarse m-step IG misses g(U) by more than the bound: the run stops naming the stage,
     and the maps file is not left under its final name."""
     from attnscope.analyses.mixing.corpus_pass import corpus_pass
+    from attnscope.analyses.mixing.settings import MixingSettings
     from attnscope.core.checks import CheckError
     from attnscope.core.store import atomic_h5
 
@@ -398,10 +396,8 @@ def test_run_fails_when_the_ff_split_is_incomplete(tmp_path):
                 canonical_weights(model),
                 model,
                 maps,
-                batch_size=3,
-                device="cpu",
-                ig_steps=1,
-                max_rel_residual=1e-4,
-                maps_dtype="float32",
+                MixingSettings(
+                    batch_size=3, ig_steps=1, max_rel_residual=1e-4, maps_dtype="float32"
+                ),
             )
     assert not maps_path.exists()

@@ -15,6 +15,7 @@ from attnscope.analyses.norms.affine import affine_singular_value_table
 from attnscope.analyses.norms.corpus_pass import corpus_pass
 from attnscope.analyses.norms.massive_activations import MassiveActivations
 from attnscope.analyses.norms.outputs import FAMILY as NORMS
+from attnscope.analyses.norms.settings import NormsSettings
 from attnscope.analyses.norms.sinks import SinkStatistics
 from attnscope.analyses.norms.statistics import NormsAccumulator, spearman
 from attnscope.architectures import architecture, base_model, canonical_weights
@@ -106,11 +107,7 @@ def test_analysis_fails_when_decomposition_breaks(tmp_path):
                 weights,
                 model,
                 maps,
-                batch_size=3,
-                device="cpu",
-                sample_size=10,
-                seed=0,
-                max_rel_residual=1e-4,
+                NormsSettings(batch_size=3, spearman_sample_size=10, seed=0, max_rel_residual=1e-4),
             )
     assert not (tmp_path / "maps.h5").exists()
 
@@ -141,12 +138,13 @@ def test_top_k_maps_are_the_whole_maps_top_k(tmp_path, family):
                 weights,
                 model,
                 maps,
-                batch_size=3,
-                device="cpu",
-                sample_size=10,
-                seed=0,
-                max_rel_residual=1e-4,
-                maps_top_k=k,
+                NormsSettings(
+                    batch_size=3,
+                    spearman_sample_size=10,
+                    seed=0,
+                    max_rel_residual=1e-4,
+                    maps_top_k=k,
+                ),
             )
     with h5py.File(tmp_path / "maps0.h5") as whole, h5py.File(tmp_path / "maps5.h5") as top:
         for l in range(1, weights.n_layers + 1):
@@ -339,9 +337,12 @@ def test_decomposition_check_covers_every_batch(tmp_path):
     module_output = architecture(model.config.model_type).attention_output
     with HiddenStates(store_path) as store, atomic_h5(tmp_path / "maps.h5") as maps:
         _, residual = corpus_pass(
-            store, weights, model, maps, batch_size=2, device="cpu", sample_size=10, seed=0,
-            max_rel_residual=1e-4,
-        )  # fmt: skip
+            store,
+            weights,
+            model,
+            maps,
+            NormsSettings(batch_size=2, spearman_sample_size=10, seed=0, max_rel_residual=1e-4),
+        )
         assert list(residual.columns) == ResidualLog.COLUMNS
         assert residual["layer"].tolist() == [1, 2] and set(residual["stage"]) == {"Attn"}
         for l, layer in enumerate(weights.layers):
@@ -371,11 +372,7 @@ def test_tables_match_transformers(tmp_path, family):
             canonical_weights(model),
             model,
             maps,
-            batch_size=2,
-            device="cpu",
-            sample_size=10**6,
-            seed=0,
-            max_rel_residual=1e-4,
+            NormsSettings(batch_size=2, spearman_sample_size=10**6, seed=0, max_rel_residual=1e-4),
         )
     tables = acc.tables(sample_rate=0.5, scatter_points=100)
     assert (residual["max_rel"] < 1e-5).all()
@@ -478,11 +475,7 @@ def test_figures_draw_from_tables(tmp_path):
             weights,
             model,
             maps,
-            batch_size=3,
-            device="cpu",
-            sample_size=100,
-            seed=0,
-            max_rel_residual=1e-4,
+            NormsSettings(batch_size=3, spearman_sample_size=100, seed=0, max_rel_residual=1e-4),
         )
     tables = acc.tables(sample_rate=0.5, scatter_points=50)
     tables["affine_singular_values"] = affine_singular_value_table(weights)
@@ -520,11 +513,9 @@ def analyse_tiny_store(store_path, model, weights=None, max_rel_residual=1e-4):
             weights or canonical_weights(model),
             model,
             maps,
-            batch_size=2,
-            device="cpu",
-            sample_size=10**6,
-            seed=0,
-            max_rel_residual=max_rel_residual,
+            NormsSettings(
+                batch_size=2, spearman_sample_size=10**6, seed=0, max_rel_residual=max_rel_residual
+            ),
         )
     return acc.tables(sample_rate=0.5, scatter_points=10)
 

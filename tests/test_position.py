@@ -26,6 +26,7 @@ from attnscope.analyses.position.embeddings import (
     pca_cumulative_variance,
 )
 from attnscope.analyses.position.outputs import FAMILY as POSITION
+from attnscope.analyses.position.settings import PositionSettings
 from attnscope.analyses.position.waves import cross_covariance
 from attnscope.architectures import canonical_weights
 from attnscope.core.attention import attention_probs
@@ -183,7 +184,7 @@ def test_rotation_angle_gives_the_built_in_shift_and_trt_peaks_at_minus_one(tmp_
     weights = shifted_head_model()
     write_sinusoid_store(tmp_path / "hs.h5", weights)
     with HiddenStates(tmp_path / "hs.h5") as store:
-        result = position_pass.corpus_pass(store, weights, t_max=4, xcorr_t_max=8, batch_size=2)
+        result = position_pass.corpus_pass(store, weights, PositionSettings(4, 8, batch_size=2))
     assert result.worst_identity()[1] < position_pass.IDENTITY_TOLERANCE
     shifts = position_pass.shifts_table(result).query("layer == 1 and head == 1")
     expected = sorted(2 * np.pi * f * SHIFT / T * s for f in FREQUENCIES for s in (-1, 1))
@@ -211,7 +212,7 @@ def test_scan_matches_transformers_attention(tmp_path, classic_family):
     store_path, model = write_tiny_store(tmp_path, family)
     weights = canonical_weights(model)
     with HiddenStates(store_path) as store:
-        result = position_pass.corpus_pass(store, weights, t_max=3, xcorr_t_max=5, batch_size=3)
+        result = position_pass.corpus_pass(store, weights, PositionSettings(3, 5, batch_size=3))
         ids = torch.from_numpy(store.input_ids.astype(np.int64))
         mask = torch.from_numpy(store.attention_mask.astype(np.int64))
         types = torch.from_numpy(store.token_type_ids.astype(np.int64))
@@ -268,7 +269,7 @@ def test_every_figure_draws(tmp_path):
     store_path, model = write_tiny_store(tmp_path, "bert")
     weights = canonical_weights(model)
     with HiddenStates(store_path) as store:
-        result = position_pass.corpus_pass(store, weights, batch_size=4)
+        result = position_pass.corpus_pass(store, weights, PositionSettings(batch_size=4))
     heads = select_heads(position_pass.mean_trt(result), result.offsets, [])
     spectrum = embedding_spectra(weights.position_embeddings, weights.word_embeddings, np.arange(9))
     forms = [(bilinear_form(layer), l + 1) for l, layer in enumerate(weights.layers)]
@@ -325,7 +326,7 @@ def test_rotary_models_get_tr_t_from_their_own_attention(tmp_path, model_type):
     weights = canonical_weights(model)
     assert weights.rotary and weights.position_embeddings is None
     with HiddenStates(store_path) as store:
-        trt = position_pass.trt_pass(store, weights, t_max=3, batch_size=3, device="cpu")
+        trt = position_pass.trt_pass(store, weights, PositionSettings(t_max=3, batch_size=3))
         ids = torch.from_numpy(store.input_ids[:1].astype(np.int64))
         n = int(store.attention_mask[0].sum())
     with torch.no_grad():

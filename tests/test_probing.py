@@ -16,6 +16,7 @@ from attnscope.analyses.probing.probe import (
     right_branching,
     train_and_score,
 )
+from attnscope.analyses.probing.settings import ProbingSettings
 from attnscope.analyses.probing.syntax import (
     OFFSETS,
     SyntaxCounts,
@@ -264,7 +265,7 @@ RELATIONS = ["det", "nsubj", "obj", "amod:x"]
 
 def tiny_corpus(tmp_path, family, seed=3):
     """A tiny store whose words span 1-2 pieces, with random gold trees and GAP mentions."""
-    from attnscope.pipeline.extract import extract
+    from attnscope.pipeline.extract import ExtractSettings, extract
     from conftest import write_tiny_encoded
 
     model = tiny_model(family)
@@ -306,7 +307,7 @@ def tiny_corpus(tmp_path, family, seed=3):
         del f["word_ids"]
         f["word_ids"] = word_ids
     store = tmp_path / "hidden_states.h5"
-    extract(model, encoded, store, batch_size=3, device="cpu")
+    extract(model, encoded, store, ExtractSettings(batch_size=3))
     return store, model, metas
 
 
@@ -342,18 +343,15 @@ def test_tables_match_transformers_attentions(tmp_path, family):
         for l in range(L):
             f[f"Attn-w/{l + 1}"] = attentions[l].mean(1).numpy()
     weights = canonical_weights(model)
-    stream = dict(batch_size=2, device="cpu", mode="mean")
-    sources = ["weights", "norms", "Attn-w"]
+    settings = ProbingSettings(("weights", "norms", "Attn-w"), batch_size=2, word_mode="mean")
     with (
         HiddenStates(store_path) as store,
         h5py.File(tmp_path / "maps.h5") as mixing,
         h5py.File(tmp_path / "features.h5", "w") as features,
     ):
-        heads_table, best = syntax_pass(
-            store, weights, metas, sources, features, mixing=mixing, **stream
-        )
+        heads_table, best = syntax_pass(store, weights, metas, settings, features, mixing=mixing)
     with HiddenStates(store_path) as store, h5py.File(tmp_path / "maps.h5") as mixing:
-        coref, coref_best = coref_pass(store, weights, metas, sources, mixing=mixing, **stream)
+        coref, coref_best = coref_pass(store, weights, metas, settings, mixing=mixing)
 
     H = model.config.num_attention_heads
     rows = heads_table.set_index(["source", "layer", "head", "relation", "direction"])
@@ -409,7 +407,7 @@ def test_tables_match_transformers_attentions(tmp_path, family):
         assert (heads_table.loc[~unseen, "status"] == "ok").all()
         coref_unseen = coref["n_unseen"] > 0
         assert coref.loc[coref_unseen, "status"].str.contains("causal").all()
-    assert set(best["source"]) == set(sources)
+    assert set(best["source"]) == set(settings.sources)
     assert set(coref_best["method"]) == {"best head", "nearest candidate", "first candidate"}
     # written as whole numbers (issue 19, item 16): "2", not "2.0"; baselines have none
     written = coref_best.to_csv(sep="\t", index=False).splitlines()
@@ -432,11 +430,12 @@ def test_probe_tables_and_figures_from_a_tiny_run(tmp_path):
 
     store_path, model, metas = tiny_corpus(tmp_path, "bert")
     weights = canonical_weights(model)
-    stream = dict(batch_size=2, device="cpu", mode="mean")
+    settings = ProbingSettings(("weights", "norms"), batch_size=2, word_mode="mean")
     with HiddenStates(store_path) as store, h5py.File(tmp_path / "features.h5", "w") as f:
-        heads, best = syntax_pass(store, weights, metas, ["weights", "norms"], f, **stream)
+        heads, best = syntax_pass(store, weights, metas, settings, f)
     with HiddenStates(store_path) as store:
-        coref, coref_best = coref_pass(store, weights, metas, ["weights"], **stream)
+        coref_settings = ProbingSettings(("weights",), batch_size=2, word_mode="mean")
+        coref, coref_best = coref_pass(store, weights, metas, coref_settings)
     probe, curve = probe_tables(
         str(tmp_path / "features.h5"),
         metas,

@@ -319,19 +319,26 @@ def run_depth(
     """The mixing pass and the propagated pass (in chunks of input tokens that fit in
     `budget_mb`) over a tiny store: (store path, model, layer maps, propagated maps,
     result)."""
+    from dataclasses import replace
+
     import h5py
 
     from attnscope.analyses.mixing.corpus_pass import corpus_pass
     from attnscope.analyses.mixing.depth_pass import depth_pass
+    from attnscope.analyses.mixing.settings import MixingSettings
     from attnscope.core.store import atomic_h5
     from attnscope.maps.prediction import Prediction, model_logits
 
     kind = "mlm" if family in ENCODERS else "causal"
     path, model = write_tiny_store(tmp_path, family, head=kind if head else "base")
     weights = canonical_weights(model)
-    settings = dict(batch_size=3, device="cpu", ig_steps=0, max_rel_residual=1e-4)
+    scopes = ("AttnRes-w", "AttnResLn", stream_scope(weights.layers[0].plan))
+    settings = MixingSettings(batch_size=3, ig_steps=0, max_rel_residual=1e-4)
     with HiddenStates(path) as store, atomic_h5(tmp_path / "maps.h5") as maps:
-        corpus_pass(store, weights, model, maps, maps_dtype="float32", **settings)
+        corpus_pass(store, weights, model, maps, settings)
+    settings = replace(
+        settings, memory_budget_mb=budget_mb, propagated_top_k=top_k, rollout_scopes=scopes
+    )
     prediction = Prediction(
         head=prediction_head(model),
         mask_token_id=mask_token_id if family in ENCODERS else None,
@@ -339,25 +346,12 @@ def run_depth(
         token_of=lambda t: f"t{t}",
         logits=partial(model_logits, model),
     )
-    scopes = ("AttnRes-w", "AttnResLn", stream_scope(weights.layers[0].plan))
     with (
         HiddenStates(path) as store,
         h5py.File(tmp_path / "maps.h5", "r") as maps,
         atomic_h5(tmp_path / "propagated.h5") as out,
     ):
-        result = depth_pass(
-            store,
-            weights,
-            model,
-            out,
-            maps,
-            prediction,
-            maps_dtype="float32",
-            rollout_scopes=scopes,
-            memory_budget_mb=budget_mb,
-            maps_top_k=top_k,
-            **settings,
-        )
+        result = depth_pass(store, weights, model, out, maps, prediction, settings)
     return (
         path,
         model,

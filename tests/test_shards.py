@@ -8,14 +8,17 @@ import pandas as pd
 import pytest
 
 from attnscope.analyses.mixing.corpus_pass import corpus_pass as mixing_corpus
+from attnscope.analyses.mixing.settings import MixingSettings
 from attnscope.analyses.norms.corpus_pass import corpus_pass as norms_corpus
+from attnscope.analyses.norms.settings import NormsSettings
 from attnscope.analyses.position import corpus_pass as position_pass
 from attnscope.analyses.position.diagonals import select_heads
+from attnscope.analyses.position.settings import PositionSettings
 from attnscope.analyses.weights.statistics import accumulate_statistics
 from attnscope.architectures import canonical_weights
 from attnscope.core.store import HiddenStates, atomic_h5
 from attnscope.core.streaming import BottomKSample, merged
-from attnscope.pipeline.extract import extract
+from attnscope.pipeline.extract import ExtractSettings, extract
 from attnscope.pipeline.shards import (
     ShardError,
     gather_maps,
@@ -55,7 +58,7 @@ def run(analyse, tmp_path, family, name, layers=None):
     if not store_path.exists():
         folder.mkdir(exist_ok=True)
         encoded = write_tiny_encoded(folder / "encoded.h5", family, batch=7, length=16)
-        extract(model, encoded, store_path, batch_size=3, device="cpu")
+        extract(model, encoded, store_path, ExtractSettings(batch_size=3))
     maps_path = folder / f"{name}.h5"
     with HiddenStates(store_path) as store, atomic_h5(maps_path) as maps:
         result = analyse(store, canonical_weights(model), model, maps, layers)
@@ -64,17 +67,13 @@ def run(analyse, tmp_path, family, name, layers=None):
 
 def norms(store, weights, model, maps, layers):
     # a sample smaller than the stream: the merge must keep the smallest keys of the shards
-    return norms_corpus(
-        store, weights, model, maps, batch_size=3, device="cpu", sample_size=40, seed=3,
-        max_rel_residual=1e-4, layers=layers,
-    )  # fmt: skip
+    settings = NormsSettings(batch_size=3, spearman_sample_size=40, seed=3, max_rel_residual=1e-4)
+    return norms_corpus(store, weights, model, maps, settings, layers=layers)
 
 
 def mixing(store, weights, model, maps, layers):
-    return mixing_corpus(
-        store, weights, model, maps, batch_size=3, device="cpu", ig_steps=0,
-        max_rel_residual=1e-4, maps_dtype="float32", layers=layers,
-    )  # fmt: skip
+    settings = MixingSettings(batch_size=3, ig_steps=0, max_rel_residual=1e-4)
+    return mixing_corpus(store, weights, model, maps, settings, layers=layers)
 
 
 def weights(store, weights, model, maps, layers):  # writes no maps
@@ -82,13 +81,10 @@ def weights(store, weights, model, maps, layers):  # writes no maps
 
 
 def position(store, weights, model, maps, layers):  # writes no maps
+    settings = PositionSettings(t_max=3, xcorr_t_max=4, batch_size=3)
     if weights.rotary:
-        return position_pass.trt_pass(
-            store, weights, t_max=3, batch_size=3, device="cpu", layers=layers
-        )
-    return position_pass.corpus_pass(
-        store, weights, t_max=3, xcorr_t_max=4, batch_size=3, layers=layers
-    )
+        return position_pass.trt_pass(store, weights, settings, layers=layers)
+    return position_pass.corpus_pass(store, weights, settings, layers=layers)
 
 
 def position_tables(result) -> dict[str, pd.DataFrame]:
@@ -159,10 +155,8 @@ def test_gathered_shards_equal_one_job_over_every_layer(tmp_path, analysis, fami
 def norms_full_sample(store, weights, model, maps, layers):
     """The norms with a sample larger than the stream: it keeps every pair, the shard's
     largest accumulator."""
-    return norms_corpus(
-        store, weights, model, maps, batch_size=3, device="cpu", sample_size=10**6, seed=3,
-        max_rel_residual=1e-4, layers=layers,
-    )  # fmt: skip
+    settings = NormsSettings(3, spearman_sample_size=10**6, seed=3, max_rel_residual=1e-4)
+    return norms_corpus(store, weights, model, maps, settings, layers=layers)
 
 
 # the settings of each family's run above, as the config's analyses block would hold them

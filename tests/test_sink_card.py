@@ -31,7 +31,7 @@ from attnscope.architectures import canonical_weights, prediction_head
 from attnscope.core.forward_from_layer import forward_from_layer, next_token_loss
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CLS, OTHER, PAD, PUNCT, SEP
-from attnscope.pipeline.extract import extract
+from attnscope.pipeline.extract import ExtractSettings, extract
 from attnscope.pipeline.models import open_model
 from conftest import tiny_model, write_tiny_encoded, write_tiny_model_run, write_tiny_store
 
@@ -188,7 +188,7 @@ def test_zeroing_a_dimension_the_model_never_uses_changes_nothing(tmp_path):
                 if writer.bias is not None:
                     writer.bias[k] = 0
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", "llama", batch=4, length=16)
-    extract(model, encoded, tmp_path / "states.h5", batch_size=3, device="cpu")
+    extract(model, encoded, tmp_path / "states.h5", ExtractSettings(batch_size=3))
     weights, head = canonical_weights(model), prediction_head(model)
     with HiddenStates(tmp_path / "states.h5") as store:
         X = torch.from_numpy(store.hidden(1))

@@ -5,9 +5,10 @@ import numpy as np
 import pytest
 
 from attnscope.analyses.weights.gradients import gradient_importance
+from attnscope.analyses.weights.settings import GradientSettings
 from attnscope.analyses.weights.streamed_backward import streamed_gradient_importance
 from attnscope.core.store import HiddenStates
-from attnscope.pipeline.extract import extract
+from attnscope.pipeline.extract import ExtractSettings, extract
 from attnscope.pipeline.streamed_weights import streamed_head, streamed_model
 from conftest import tiny_model, write_tiny_encoded
 
@@ -24,16 +25,16 @@ def test_layerwise_backward_equals_the_whole_model_backward(tmp_path, family):
     folder = tmp_path / "model"
     model.save_pretrained(folder)
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", family, batch=5, length=16)
-    extract(model.base_model, encoded, tmp_path / "states.h5", batch_size=2, device="cpu")
+    extract(model.base_model, encoded, tmp_path / "states.h5", ExtractSettings(batch_size=2))
     masked = head == "mlm"
     mask_id = MASK_ID if masked else None
-    run = dict(rate=0.3, seed=0, batch_size=2, device="cpu")
+    run = GradientSettings(batch_size=2, mask_rate=0.3, seed=0)
     with HiddenStates(tmp_path / "states.h5") as store:
-        whole = gradient_importance(model, store, mask_id, **run)
+        whole = gradient_importance(model, store, mask_id, run)
         _, weights = streamed_model(folder, "cpu")
         head = streamed_head(folder, "masked" if masked else "causal", "cpu")
         streamed = streamed_gradient_importance(
-            folder, weights, head, store, mask_id, **run, scratch_folder=tmp_path
+            folder, weights, head, store, mask_id, run, scratch_folder=tmp_path
         )
     assert len(whole) == 3 * 4 and list(streamed.columns) == list(whole.columns)
     for column in ("layer", "category", "n_sequences", "status"):

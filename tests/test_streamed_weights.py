@@ -15,7 +15,9 @@ import pytest
 import torch
 
 from attnscope.analyses.mixing.corpus_pass import corpus_pass as mixing_corpus
+from attnscope.analyses.mixing.settings import MixingSettings
 from attnscope.analyses.norms.corpus_pass import corpus_pass as norms_corpus
+from attnscope.analyses.norms.settings import NormsSettings
 from attnscope.analyses.weights.head_distances import (
     attention_entries,
     entries_columns,
@@ -87,14 +89,20 @@ def run_analyses(store: Path, model, weights, out: Path) -> dict:
     """The norms, mixing and weights-statistics tables of one store; their maps in `out`."""
     with HiddenStates(store) as states, h5py.File(out / "norms.h5", "w") as maps:
         norms, norms_check = norms_corpus(
-            states, weights, model, maps, batch_size=3, device="cpu", sample_size=50,
-            seed=0, max_rel_residual=1e-3,
-        )  # fmt: skip
+            states,
+            weights,
+            model,
+            maps,
+            NormsSettings(batch_size=3, spearman_sample_size=50, seed=0, max_rel_residual=1e-3),
+        )
     with HiddenStates(store) as states, h5py.File(out / "mixing.h5", "w") as maps:
         mixing = mixing_corpus(
-            states, weights, model, maps, batch_size=3, device="cpu", ig_steps=0,
-            max_rel_residual=1e-2, maps_dtype="float32",
-        )  # fmt: skip
+            states,
+            weights,
+            model,
+            maps,
+            MixingSettings(batch_size=3, ig_steps=0, max_rel_residual=1e-2, maps_dtype="float32"),
+        )
     with HiddenStates(store) as states:
         heads, layers = attention_statistics(states, weights, batch_size=3)
     return {
@@ -204,9 +212,12 @@ def test_at_most_keep_layers_are_held(tmp_path):
     stream.load = watched
     with HiddenStates(store) as states, h5py.File(tmp_path / "maps.h5", "w") as maps:
         mixing_corpus(
-            states, loaded.weights, loaded.model, maps, batch_size=3, device="cpu",
-            ig_steps=4, max_rel_residual=1e-2, maps_dtype="float32",
-        )  # fmt: skip
+            states,
+            loaded.weights,
+            loaded.model,
+            maps,
+            MixingSettings(batch_size=3, ig_steps=4, max_rel_residual=1e-2, maps_dtype="float32"),
+        )
     assert held == [[0], [1], [2], [3]]
     assert KEEP == 1
 
@@ -215,7 +226,9 @@ MEMORY_RUN = """
 import sys, h5py
 from attnscope.core.store import HiddenStates
 from attnscope.analyses.mixing.corpus_pass import corpus_pass as mixing
+from attnscope.analyses.mixing.settings import MixingSettings
 from attnscope.analyses.norms.corpus_pass import corpus_pass as norms
+from attnscope.analyses.norms.settings import NormsSettings
 if sys.argv[4] == "streamed":
     from attnscope.pipeline.streamed_weights import streamed_model
     model, weights = streamed_model(sys.argv[1])
@@ -224,11 +237,10 @@ else:
     model = load_model(sys.argv[1])
     weights = canonical_weights(model)
 with HiddenStates(sys.argv[2]) as store, h5py.File(sys.argv[3] + "-norms.h5", "w") as maps:
-    norms(store, weights, model, maps, batch_size=2, device="cpu", sample_size=50, seed=0,
-          max_rel_residual=1e-3)
+    norms(store, weights, model, maps, NormsSettings(2, spearman_sample_size=50, seed=0,
+                                                     max_rel_residual=1e-3))
 with HiddenStates(sys.argv[2]) as store, h5py.File(sys.argv[3] + "-mixing.h5", "w") as maps:
-    mixing(store, weights, model, maps, batch_size=2, device="cpu", ig_steps=4,
-           max_rel_residual=1e-2, maps_dtype="float32")
+    mixing(store, weights, model, maps, MixingSettings(2, ig_steps=4, max_rel_residual=1e-2))
 print(int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]))
 """
 
@@ -243,7 +255,7 @@ def test_streamed_analyses_peak_memory_does_not_grow_with_depth(tmp_path):
     one here; see the README)."""
     from transformers import BertConfig, BertModel
 
-    from attnscope.pipeline.extract import extract_streamed
+    from attnscope.pipeline.extract import ExtractSettings, extract_streamed
 
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", "bert", batch=4, length=16)
     peaks = {}
@@ -254,7 +266,7 @@ def test_streamed_analyses_peak_memory_does_not_grow_with_depth(tmp_path):
         folder = tmp_path / f"bert-{layers}"
         BertModel(config).save_pretrained(folder)
         store = tmp_path / f"states-{layers}.h5"
-        extract_streamed(folder, encoded, store, batch_size=2, device="cpu")
+        extract_streamed(folder, encoded, store, ExtractSettings(batch_size=2))
         for route in ("streamed", "whole"):
             args = [str(folder), str(store), str(tmp_path / f"{layers}-{route}"), route]
             run = subprocess.run(
@@ -273,7 +285,9 @@ def test_streamed_analyses_peak_memory_does_not_grow_with_depth(tmp_path):
 def headed_run(tmp_path, family: str, loaded, name: str, batch_size: int = 3):
     """(depth_pass result, propagated.h5 datasets, views page of sequence 1) of one route."""
     from attnscope.analyses.mixing.depth_pass import depth_pass
+    from attnscope.analyses.mixing.settings import MixingSettings
     from attnscope.analyses.views.payload import sequence_page
+    from attnscope.analyses.views.settings import ViewsSettings
     from attnscope.core.store import atomic_h5
     from attnscope.maps.layer_decomposition import stream_scope
     from attnscope.maps.prediction import Prediction
@@ -286,20 +300,18 @@ def headed_run(tmp_path, family: str, loaded, name: str, batch_size: int = 3):
         token_of=str,
         logits=loaded.reference_logits,
     )
-    settings = dict(batch_size=batch_size, device="cpu", ig_steps=0, max_rel_residual=1e-4)
     scopes = ("AttnRes-w", stream_scope(loaded.weights.outline[0].plan))
+    settings = MixingSettings(batch_size, ig_steps=0, max_rel_residual=1e-4, rollout_scopes=scopes)
     with (
         HiddenStates(store) as states,
         h5py.File(tmp_path / "whole" / "mixing.h5", "r") as maps,
         atomic_h5(tmp_path / name / "propagated.h5") as out,
     ):
-        result = depth_pass(
-            states, loaded.weights, loaded.model, out, maps, prediction,
-            maps_dtype="float32", rollout_scopes=scopes, **settings,
-        )  # fmt: skip
+        result = depth_pass(states, loaded.weights, loaded.model, out, maps, prediction, settings)
         page = sequence_page(
             states, 1, loaded.weights, loaded.model, Tokens(),
-            scopes=True, ig_steps=0, top_k=5, max_rel_residual=1e-4, prediction=prediction,
+            ViewsSettings(scopes=True, ig_steps=0, top_k=5, max_rel_residual=1e-4),
+            prediction=prediction,
         )  # fmt: skip
     return result, datasets(tmp_path / name / "propagated.h5"), page
 
@@ -332,9 +344,12 @@ def test_propagation_and_views_on_the_streamed_model_equal_the_whole_models(tmp_
     (tmp_path / "streamed").mkdir()
     with HiddenStates(store) as states, h5py.File(tmp_path / "whole" / "mixing.h5", "w") as maps:
         mixing_corpus(
-            states, whole.weights, whole.model, maps, batch_size=3, device="cpu", ig_steps=0,
-            max_rel_residual=1e-4, maps_dtype="float32",
-        )  # fmt: skip
+            states,
+            whole.weights,
+            whole.model,
+            maps,
+            MixingSettings(batch_size=3, ig_steps=0, max_rel_residual=1e-4, maps_dtype="float32"),
+        )
     want, want_maps, want_page = headed_run(tmp_path, family, whole, "whole")
     reads = streamed.weights.layers.reads
     got, got_maps, got_page = headed_run(tmp_path, family, streamed, "streamed")

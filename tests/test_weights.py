@@ -27,6 +27,7 @@ from attnscope.analyses.weights.gradients import (
     sequence_losses,
 )
 from attnscope.analyses.weights.outputs import FAMILY as WEIGHTS
+from attnscope.analyses.weights.settings import GradientSettings
 from attnscope.analyses.weights.statistics import (
     HEAD_STATISTICS,
     attention_statistics,
@@ -45,7 +46,7 @@ from attnscope.core.attention import (
 from attnscope.core.checks import NonFiniteError
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CLS, OTHER, PAD, PUNCT, SEP
-from attnscope.pipeline.layer_walks import by_batch
+from attnscope.pipeline.layer_walks import Batches, by_batch
 from conftest import tiny_batch, tiny_model, write_tiny_model_run, write_tiny_store
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"
@@ -336,7 +337,7 @@ def test_store_distances_match_transformers_attentions(tmp_path, family_name):
     store_path, model = write_tiny_store(tmp_path, family_name, batch=4, length=10)
     weights = canonical_weights(model)
     with HiddenStates(store_path) as store:
-        blocks = by_batch(store, weights.layers, 3, hd.attention_entries)
+        blocks = by_batch(store, weights.layers, Batches(3), hd.attention_entries)
         D = hd.head_distances(blocks)
         attentions = hf_attentions(model, store)
         lengths = store.lengths
@@ -409,8 +410,8 @@ def test_gradient_importance_on_a_tiny_mlm_store(tmp_path):
         chosen = choose_masked(store.input_ids, store.category, 0.15, 4, np.random.default_rng(0))
         maskable = np.isin(store.category, (OTHER, PUNCT))
         assert np.all(chosen <= maskable) and np.all(chosen.sum(1) >= 1)
-        table = gradient_importance(model, store, 4, 0.15, seed=0, batch_size=2)
-        again = gradient_importance(model, store, 4, 0.15, seed=0, batch_size=3)
+        table = gradient_importance(model, store, 4, GradientSettings(2, 0.15, seed=0))
+        again = gradient_importance(model, store, 4, GradientSettings(3, 0.15, seed=0))
     assert len(table) == 2 * len(CATEGORIES) and set(table["status"]) == {"ok"}
     assert np.all(np.isfinite(table["importance"])) and np.all(table["importance"] >= 0)
     assert table["importance"].sum() > 0
@@ -427,8 +428,8 @@ def test_next_token_gradients_on_a_tiny_causal_lm(tmp_path, model_type):
     with HiddenStates(store_path) as store:
         ids = torch.from_numpy(store.input_ids[:1].astype(np.int64))
         mask = torch.from_numpy(store.attention_mask[:1].astype(np.int64))
-        table = gradient_importance(model, store, None, 0.15, seed=0, batch_size=2)
-        again = gradient_importance(model, store, None, 0.15, seed=0, batch_size=3)
+        table = gradient_importance(model, store, None, GradientSettings(2, 0.15, seed=0))
+        again = gradient_importance(model, store, None, GradientSettings(3, 0.15, seed=0))
     n = int(mask.sum())
     labels, chosen = next_token_targets(ids[:, :n], mask[:, :n])
     with torch.no_grad():

@@ -47,7 +47,7 @@ from attnscope.core.store import HiddenStates, write_encoded  # noqa: E402
 from attnscope.data.corpora import encode_corpus  # noqa: E402
 from attnscope.maps.layer_maps import layer_scope_maps  # noqa: E402
 from attnscope.maps.prediction import head_logits  # noqa: E402
-from attnscope.pipeline.extract import extract, extract_streamed  # noqa: E402
+from attnscope.pipeline.extract import ExtractSettings, extract, extract_streamed  # noqa: E402
 from attnscope.pipeline.models import (  # noqa: E402
     build_manifest,
     manifest_attrs,
@@ -94,11 +94,11 @@ def stored(folder: Path, encoded: Path, route: str, work: Path) -> tuple[Path, P
     manifest = build_manifest(folder.name, {"source": "path", "path": str(folder)})
     write_manifest(work / "manifest.json", manifest)
     store = work / "hidden_states.h5"
-    settings = dict(batch_size=4, device="cpu", attrs=manifest_attrs(manifest))
+    settings, attrs = ExtractSettings(batch_size=4), manifest_attrs(manifest)
     if route == "whole-model":
-        extract(load_model(str(folder)), encoded, store, **settings)
+        extract(load_model(str(folder)), encoded, store, settings, attrs)
     else:
-        extract_streamed(folder, encoded, store, **settings)
+        extract_streamed(folder, encoded, store, settings, attrs)
     return work / "manifest.json", store
 
 

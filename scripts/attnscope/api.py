@@ -35,6 +35,7 @@ import torch
 
 from attnscope.analyses.views.page import render_page
 from attnscope.analyses.views.payload import sequence_page
+from attnscope.analyses.views.settings import ViewsSettings
 from attnscope.analyses.weights.statistics import attention_statistics
 from attnscope.architectures import (
     architecture,
@@ -56,7 +57,7 @@ from attnscope.maps.prediction import Prediction, model_logits
 from attnscope.maps.propagation import propagate
 from attnscope.maps.scopes import PROPAGATED, SCOPES
 from attnscope.pipeline import gguf
-from attnscope.pipeline.extract import extract
+from attnscope.pipeline.extract import ExtractSettings, extract
 from attnscope.pipeline.models import (
     ModelNotFoundError,
     pick_device,
@@ -172,7 +173,7 @@ def states(
     with tempfile.TemporaryDirectory(prefix="attnscope-") as folder:
         encoded, store = Path(folder) / "encoded.h5", Path(folder) / "hidden_states.h5"
         write_encoded(encoded, corpus)
-        extract(model.module, encoded, store, batch_size=8, device=model.device)
+        extract(model.module, encoded, store, ExtractSettings(batch_size=8, device=model.device))
         with HiddenStates(store) as opened:
             yield opened
 
@@ -244,11 +245,13 @@ def view(
             model.weights,
             model.module,
             model.tokenizer,
-            scopes=scopes,
-            ig_steps=ig_steps,
-            top_k=top_k,
-            max_rel_residual=MAX_RELATIVE_RESIDUAL,
-            device=model.device,
+            ViewsSettings(
+                scopes=scopes,
+                ig_steps=ig_steps,
+                top_k=top_k,
+                max_rel_residual=MAX_RELATIVE_RESIDUAL,
+                device=model.device,
+            ),
             prediction=prediction,
         )
     label = text if isinstance(text, str) else " | ".join(text)

@@ -14,6 +14,7 @@ import json
 import queue
 import threading
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
@@ -38,6 +39,19 @@ from attnscope.data.datasets import sha256_of
 from attnscope.pipeline.disk_estimate import hidden_state_bytes, require_space
 
 PACKAGES = ("torch", "transformers", "numpy", "h5py")
+
+
+@dataclass(frozen=True)
+class ExtractSettings:
+    """`batch_size` sequences per forward; `dtype`: the stored states' type; `compute_dtype`:
+    the forward's; `layers`: the `layers:` setting (the states kept: "all" or 1-based layers);
+    `device`: a torch device string. (`Job.settings(ExtractSettings)`.)"""
+
+    batch_size: int
+    dtype: str = "float32"
+    compute_dtype: str = "float32"
+    layers: object = "all"
+    device: str = "cpu"
 
 
 def chunk_positions(lengths: np.ndarray, length: int, multiple: int = 16) -> int:
@@ -224,17 +238,16 @@ def extract(
     model,
     encoded_path: str | Path,
     out_path: str | Path,
-    batch_size: int,
-    device: str,
-    dtype: str = "float32",
+    settings: ExtractSettings,
     attrs: dict | None = None,
     log=None,
-    compute_dtype: str = "float32",
-    layers="all",
 ) -> dict:
     """Write hidden_states.h5 for one model and one encoded corpus with a whole-model forward
-    per batch in `compute_dtype`, stored in `dtype`, keeping the states the `layers:` setting
-    `layers` reads; returns summary stats."""
+    per batch in `settings.compute_dtype`, stored in `settings.dtype`, keeping the states the
+    `layers:` setting `settings.layers` reads; `attrs`: the store's attributes besides;
+    returns summary stats."""
+    batch_size, device, dtype = settings.batch_size, settings.device, settings.dtype
+    compute_dtype, layers = settings.compute_dtype, settings.layers
     model = model.to(device, getattr(torch, compute_dtype)).eval()
     arch = architecture(model.config.model_type)
     attrs = {**(attrs or {}), "compute_dtype": compute_dtype}
@@ -261,13 +274,9 @@ def extract_streamed(
     folder: str | Path,
     encoded_path: str | Path,
     out_path: str | Path,
-    batch_size: int,
-    device: str,
-    dtype: str = "float32",
+    settings: ExtractSettings,
     attrs: dict | None = None,
     log=None,
-    compute_dtype: str = "float32",
-    layers="all",
 ) -> dict:
     """Write the same hidden_states.h5 as `extract`, layer by layer: the embeddings of every
     batch, then layer 1 over every batch from the stored X_0, and so on, with one layer's
@@ -277,6 +286,8 @@ def extract_streamed(
     it (`scratch_states`), and the pass stops at the last state kept."""
     from attnscope.pipeline.layer_stream import LayerStream
 
+    batch_size, device, dtype = settings.batch_size, settings.device, settings.dtype
+    compute_dtype, layers = settings.compute_dtype, settings.layers
     compute = getattr(torch, compute_dtype)
     stream = LayerStream(folder, device, compute)
     config = stream.config

@@ -7,6 +7,7 @@ environment, envs/plots.yaml, has none).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
@@ -65,6 +66,26 @@ class Job:
         """The family's `max_rel_residual`, read from the configuration and not from params,
         so that changing a bound reruns nothing."""
         return self.config["analyses"][family]["max_rel_residual"]
+
+    def settings(self, kind):
+        """The job's settings as `kind`, a dataclass (a family's, e.g. `NormsSettings`), each
+        field read from the rule's param of its name, or its default where the rule passes
+        none; but `max_rel_residual` is the bound (`bound`) of the class attribute
+        `bound_family`, else `family`, and `memory_budget_mb` and `device` (resolved:
+        `models.pick_device`) come from the configuration: changing them reruns nothing."""
+        from attnscope.pipeline.models import pick_device
+
+        given = {}
+        for field in dataclasses.fields(kind):
+            if field.name == "max_rel_residual":
+                given[field.name] = self.bound(getattr(kind, "bound_family", kind.family))
+            elif field.name == "memory_budget_mb":
+                given[field.name] = self.config["memory_budget_mb"]
+            elif field.name == "device":
+                given[field.name] = pick_device(self.config["device"])
+            elif hasattr(self.params, field.name):
+                given[field.name] = getattr(self.params, field.name)
+        return kind(**given)
 
     @contextmanager
     def optional_h5(self, name: str) -> Iterator:

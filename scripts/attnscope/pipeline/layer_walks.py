@@ -13,6 +13,7 @@ layer). Both walks yield, batch after batch, the blocks of every layer stacked [
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import h5py
@@ -26,17 +27,25 @@ from attnscope.core.store import Batch, HiddenStates
 Block = Callable[[Batch, CanonicalLayer], torch.Tensor]
 
 
+@dataclass(frozen=True)
+class Batches:
+    """The batches a walk reads: `batch_size` sequences each, on `device`, of the first
+    `limit` sequences (all if None)."""
+
+    batch_size: int
+    device: str = "cpu"
+    limit: int | None = None
+
+    def of(self, store: HiddenStates, l: int) -> Iterator[Batch]:
+        """Layer l's (0-based) batches of `store` (`HiddenStates.batches`)."""
+        return store.batches(l, self.batch_size, self.device, self.limit)
+
+
 def by_batch(
-    store: HiddenStates,
-    layers: Sequence[CanonicalLayer],
-    batch_size: int,
-    block: Block,
-    device: str = "cpu",
-    limit: int | None = None,
+    store: HiddenStates, layers: Sequence[CanonicalLayer], batches: Batches, block: Block
 ) -> Iterator[torch.Tensor]:
-    """[L * r, w_k] per batch of the first `limit` sequences (all if None), the layers of a
-    batch computed together."""
-    walks = [store.batches(l, batch_size, device, limit) for l in range(len(layers))]
+    """[L * r, w_k] per batch of `batches`, the layers of a batch computed together."""
+    walks = [batches.of(store, l) for l in range(len(layers))]
     for batches in zip(*walks, strict=True):
         with torch.no_grad():
             blocks = [block(b, layer) for b, layer in zip(batches, layers, strict=True)]
@@ -46,12 +55,10 @@ def by_batch(
 def by_layer(
     store: HiddenStates,
     layers: Sequence[CanonicalLayer],
-    batch_size: int,
+    batches: Batches,
     block: Block,
     columns: np.ndarray,
     folder: str | Path,
-    device: str = "cpu",
-    limit: int | None = None,
     log=None,
 ) -> Iterator[torch.Tensor]:
     """`by_batch`'s blocks, each layer walked over every batch in turn: batch k's block goes
@@ -64,7 +71,7 @@ def by_layer(
     with scratch_folder(folder, "layer-blocks-") as scratch, h5py.File(scratch / "b.h5", "w") as f:
         spool = None
         for l, layer in enumerate(layers):
-            for k, batch in enumerate(store.batches(l, batch_size, device, limit)):
+            for k, batch in enumerate(batches.of(store, l)):
                 with torch.no_grad():
                     values = block(batch, layer).cpu().numpy()
                 r, width = values.shape
@@ -81,4 +88,4 @@ def by_layer(
             if log is not None:
                 log.info("layer %d of %d walked over every batch", l + 1, len(layers))
         for k in range(len(columns) - 1):
-            yield torch.from_numpy(spool[:, columns[k] : columns[k + 1]]).to(device)
+            yield torch.from_numpy(spool[:, columns[k] : columns[k + 1]]).to(batches.device)

@@ -409,19 +409,21 @@ class LoadedModel:
             return partial(stored_logits, self.head, self.weights)
         return partial(model_logits, self.model)
 
-    def extract_states(self, encoded_path, out_path, batch_size: int, **settings) -> dict:
+    def extract_states(self, encoded_path, out_path, settings, attrs=None, log=None) -> dict:
         """Store the hidden states of an encoded corpus at `out_path`, the same file on either
         route: a whole-model forward per batch, or one layer over every batch at a time
-        (`extract.extract`, `extract.extract_streamed`; `settings`: their keywords)."""
+        (`extract.extract`, `extract.extract_streamed`; `settings`: an `ExtractSettings`, its
+        device replaced by the model's)."""
+        from dataclasses import replace
+
         from attnscope.pipeline import extract
 
+        settings = replace(settings, device=self.device)
         if self.route == "layer-streamed":
             return extract.extract_streamed(
-                self.manifest["path"], encoded_path, out_path, batch_size, self.device, **settings
+                self.manifest["path"], encoded_path, out_path, settings, attrs, log
             )
-        return extract.extract(
-            self.model, encoded_path, out_path, batch_size, self.device, **settings
-        )
+        return extract.extract(self.model, encoded_path, out_path, settings, attrs, log)
 
     def layer_blocks(
         self, store, batch_size: int, block, columns, scratch_folder, limit=None, log=None
@@ -436,20 +438,20 @@ class LoadedModel:
         GB for MiniLM's 992 x 128 corpus in the JS distances) and time, and change nothing."""
         from attnscope.pipeline import layer_walks
 
-        layers, device = self.weights.layers, self.device
+        layers, batches = self.weights.layers, layer_walks.Batches(batch_size, self.device, limit)
         if self.route == "layer-streamed":
-            return layer_walks.by_layer(
-                store, layers, batch_size, block, columns, scratch_folder, device, limit, log
-            )
-        return layer_walks.by_batch(store, layers, batch_size, block, device, limit)
+            return layer_walks.by_layer(store, layers, batches, block, columns, scratch_folder, log)
+        return layer_walks.by_batch(store, layers, batches, block)
 
-    def gradient_importance(self, store, scratch_folder, **settings):
+    def gradient_importance(self, store, scratch_folder, settings, log=None):
         """The gradient importance table of attention (`analyses.weights.gradients`) on the
         stored corpus, by the model's LM head (loaded `with_head`; a masked LM's loss reads
         its tokenizer's mask token): a whole-model backward per batch, or on the
         layer-streamed route dL/dX carried back layer by layer (`streamed_backward`, its
-        scratch files under `scratch_folder`). `settings`: rate, seed, batch_size, limit, log
-        (`gradients.gradient_importance`)."""
+        scratch files under `scratch_folder`). `settings`: a `GradientSettings`, whose device
+        is replaced by the model's."""
+        from dataclasses import replace
+
         from transformers import AutoTokenizer
 
         kind = self.manifest["lm_head"]
@@ -458,8 +460,9 @@ class LoadedModel:
         mask_token_id = None  # causal LM: the next-token loss, nothing masked
         if kind == "masked":
             mask_token_id = AutoTokenizer.from_pretrained(self.manifest["path"]).mask_token_id
-        if settings.get("log") is not None:
-            settings["log"].info(
+        settings = replace(settings, device=self.device)
+        if log is not None:
+            log.info(
                 "model %s with its %s LM head on %s, route %s",
                 *(self.manifest["name"], kind, self.device, self.route),
             )
@@ -467,12 +470,12 @@ class LoadedModel:
             from attnscope.analyses.weights.streamed_backward import streamed_gradient_importance
 
             return streamed_gradient_importance(
-                self.manifest["path"], self.weights, self.head, store, mask_token_id,
-                device=self.device, scratch_folder=scratch_folder, **settings,
+                self.manifest["path"], self.weights, self.head, store, mask_token_id, settings,
+                scratch_folder, log,
             )  # fmt: skip
         from attnscope.analyses.weights.gradients import gradient_importance
 
-        return gradient_importance(self.model, store, mask_token_id, device=self.device, **settings)
+        return gradient_importance(self.model, store, mask_token_id, settings, log)
 
     def prediction(self, tokenizer, contrast: list[str], setting: str = "analyses.mixing.contrast"):
         """What the prediction attribution needs (`maps.prediction.Prediction.of`): the head,

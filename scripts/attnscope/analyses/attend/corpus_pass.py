@@ -19,7 +19,7 @@ layer-streamed route each of them is read once per sequence). Memory: the split 
 sequence, [C, n, d] (C up to 10 L), the queries, keys and one weighting's lifts [H, C, n, d']
 at one layer, and the sums of `LiftSums`; none of it grows with the number of sequences.
 What grows with depth is C: the split, and the pair sums (`statistics`, K x H x C x C per
-layer); with a `window` w, C is at most the embedding parts + 2 + w (H + 1) (+ experts) at
+layer); with a `component_window` w, C is at most the embedding parts + 2 + w (H + 1) (+ experts) at
 every depth, and only the pair sums' count of layers grows.
 """
 
@@ -30,6 +30,7 @@ import logging
 import torch
 
 from attnscope.analyses.attend.lift import key_weights, lift_sums, row_lifts
+from attnscope.analyses.attend.settings import AttendSettings
 from attnscope.analyses.attend.statistics import LiftSums
 from attnscope.analyses.attend.trt_terms import has_learned_positions, term_profiles
 from attnscope.architectures import ModelLayer, architecture
@@ -51,22 +52,17 @@ def corpus_pass(
     store: HiddenStates,
     weights: CanonicalModel,
     model,
-    *,
-    sequences: int,
-    device: str,
-    max_rel_residual: float,
-    window: int = 0,
+    settings: AttendSettings,
     log: logging.Logger | None = None,
 ) -> tuple[LiftSums, object]:
-    """The sums over the first `sequences` sequences (all if fewer) and the residual table;
-    `checks.CheckError` above `max_rel_residual`. Layers: those the store was made for.
-    `window` w > 0: at each layer l the components of layers l - w .. l - 1 are kept head by
-    head and those of every earlier layer merged (`_Split.grouped`); 0 keeps all."""
+    """The sums over the first `settings.sequences` sequences (all if fewer) and the residual
+    table; `checks.CheckError` above `settings.max_rel_residual`. Layers: those the store was
+    made for."""
     sums = LiftSums()
-    residuals = ResidualLog(max_rel_residual, log, "attend")
-    for s in range(min(sequences, store.n_sequences)):
+    residuals = ResidualLog(settings.max_rel_residual, log, "attend")
+    for s in range(min(settings.sequences, store.n_sequences)):
         with torch.no_grad():
-            sequence_pass(store, s, weights, model, device, window, sums, residuals)
+            sequence_pass(store, s, weights, model, settings, sums, residuals)
         if log:
             log.info("sequence %d: %d pieces", s, store.lengths[s])
     return sums, residuals.table()
@@ -78,9 +74,15 @@ def _stored(store: HiddenStates, state: int, s: int, n: int, device: str):
     return torch.from_numpy(store.hidden(state, s, s + 1)[0, :n]).to(device)
 
 
-def sequence_pass(store, s, weights, model, device, window, sums: LiftSums, residuals) -> None:
-    """Carry sequence `s` through every layer, adding the analysed layers' lifts to `sums`."""
-    arch = architecture(weights.model_type)
+def sequence_pass(store, s, weights, model, settings, sums: LiftSums, residuals) -> None:
+    """Carry sequence `s` through every layer, adding the analysed layers' lifts to `sums`.
+    `settings.component_window` w > 0: at each layer l the components of layers l - w .. l - 1
+    are kept head by head and those of every earlier layer merged (`_Split.grouped`)."""
+    arch, device, window = (
+        architecture(weights.model_type),
+        settings.device,
+        settings.component_window,
+    )
     n = int(store.lengths[s])
     arrays = {
         name: torch.from_numpy(getattr(store, name)[s : s + 1, :n].astype("int64")).to(device)

@@ -15,6 +15,7 @@ import h5py
 import pandas as pd
 import torch
 
+from attnscope.analyses.mixing.settings import MixingSettings
 from attnscope.analyses.mixing.statistics import (
     MixingRatios,
     ScopeRSA,
@@ -25,7 +26,7 @@ from attnscope.core.attention import layer_visible_pairs
 from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
-from attnscope.maps.layer_decomposition import MEMORY_BUDGET_MB, SCOPES, WEIGHT_SCOPES
+from attnscope.maps.layer_decomposition import SCOPES, WEIGHT_SCOPES
 from attnscope.maps.layer_maps import layer_scope_maps
 
 
@@ -41,20 +42,15 @@ def corpus_pass(
     weights: CanonicalModel,
     model,
     maps: h5py.File,
-    *,
-    batch_size: int,
-    device: str,
-    ig_steps: int,
-    max_rel_residual: float,
-    maps_dtype: str,
+    settings: MixingSettings,
     log: logging.Logger | None = None,
     layers: list[int] | None = None,
-    memory_budget_mb: float = MEMORY_BUDGET_MB,
 ) -> MixingResult:
     """Stream the store layer by layer; write `{scope}/{layer}` [N, L, L] into `maps`.
     `layers` (0-based; None: all): a layer shard's layers, whose result is `merged` with the
-    other shards'. `memory_budget_mb`: the working memory of one query chunk of a layer's
-    decomposition (`layer_maps.layer_scope_maps`).
+    other shards'. `settings.memory_budget_mb`: the working memory of one query chunk of a
+    layer's decomposition (`layer_maps.layer_scope_maps`); `max_rel_residual` below is
+    `settings`'s too.
 
     Every stage of every batch is checked against the real module output (attention from the
     module itself, the last residual state from the stored next hidden state when the store is
@@ -62,6 +58,7 @@ def corpus_pass(
     relative residual above `max_rel_residual` raises `checks.CheckError`.
     """
     N, L = store.n_sequences, store.length
+    batch_size, device, ig_steps = settings.batch_size, settings.device, settings.ig_steps
     maps.attrs["scopes"] = list(SCOPES)
     maps.attrs["layers"] = "1-based"
     maps.attrs["description"] = "{scope}/{layer} [seq, query i, key j]: ||z_ij|| or weights"
@@ -71,12 +68,12 @@ def corpus_pass(
     stored_exact = store.exact
     ratios = MixingRatios(SCOPES, weights.n_layers)
     rsa = ScopeRSA(SCOPES, weights.n_layers)
-    residuals = ResidualLog(max_rel_residual, log, "mixing")
+    residuals = ResidualLog(settings.max_rel_residual, log, "mixing")
     for l in range(weights.n_layers) if layers is None else layers:
         layer = weights.layers[l]
         datasets = {
             scope: maps.create_dataset(
-                f"{scope}/{l + 1}", (N, L, L), dtype=maps_dtype, chunks=(1, L, L)
+                f"{scope}/{l + 1}", (N, L, L), dtype=settings.maps_dtype, chunks=(1, L, L)
             )
             for scope in SCOPES
         }
@@ -104,7 +101,7 @@ def corpus_pass(
                     ig_steps,
                     residuals,
                     add_ratio,
-                    memory_budget_mb,
+                    settings.memory_budget_mb,
                 )
                 for scope in WEIGHT_SCOPES:
                     ratios.add(scope, l, weight_mixing_ratio(batch_maps[scope]), mask)

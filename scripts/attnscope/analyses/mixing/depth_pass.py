@@ -19,13 +19,13 @@ import pandas as pd
 import torch
 
 from attnscope.analyses.mixing.rollout import RolloutRSA, rollout_step
+from attnscope.analyses.mixing.settings import MixingSettings
 from attnscope.analyses.mixing.statistics import MixingRatios, mixing_ratio_of
 from attnscope.core.attention import visible_pairs
 from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
 from attnscope.core.tables import not_applicable
-from attnscope.maps.layer_decomposition import MEMORY_BUDGET_MB
 from attnscope.maps.prediction import LogitSplit, Prediction, prediction_frame
 from attnscope.maps.propagation import propagate
 from attnscope.maps.storage import MapDataset
@@ -48,24 +48,20 @@ def depth_pass(
     propagated: h5py.File,
     layer_maps: h5py.File,
     prediction: Prediction,
-    *,
-    batch_size: int,
-    device: str,
-    ig_steps: int,
-    max_rel_residual: float,
-    maps_dtype: str,
-    rollout_scopes: tuple[str, ...],
+    settings: MixingSettings,
     log: logging.Logger | None = None,
-    memory_budget_mb: float = MEMORY_BUDGET_MB,
-    maps_top_k: int = 0,
 ) -> PropagationResult:
     """Stream the store batch by batch; write `{layer}` [N, L, L] (||p_{l, i<-j}||, 1-based
     layers) into `propagated`, reading the per-layer maps for the rollouts from `layer_maps`
     (the mixing family's maps.h5). A stage or logit missing its reference by more than
-    `max_rel_residual` raises `checks.CheckError`. `memory_budget_mb`: the working memory of
-    one chunk of input tokens carried through the depth (`propagation.propagate`);
-    `maps_top_k` k > 0: `{layer}` keeps each row's k largest entries (`maps.storage`)."""
+    `settings.max_rel_residual` raises `checks.CheckError`. `settings.memory_budget_mb`: the
+    working memory of one chunk of input tokens carried through the depth
+    (`propagation.propagate`); `settings.propagated_top_k` k > 0: `{layer}` keeps each row's k
+    largest entries (`maps.storage`)."""
     N, L, n_layers = store.n_sequences, store.length, weights.n_layers
+    batch_size, device, ig_steps = settings.batch_size, settings.device, settings.ig_steps
+    rollout_scopes, memory_budget_mb = tuple(settings.rollout_scopes), settings.memory_budget_mb
+    maps_dtype, maps_top_k = settings.maps_dtype, settings.propagated_top_k
     propagated.attrs["layers"] = "1-based"
     propagated.attrs["description"] = (
         "{layer} [seq, token i, input token j]: ||p_{l, i<-j}||, the part of input token j in "
@@ -80,7 +76,7 @@ def depth_pass(
     stored_exact = store.exact
     measures = MixingRatios(MEASURES, n_layers)
     rsa = RolloutRSA(tuple(rollout_scopes), n_layers)
-    residuals = ResidualLog(max_rel_residual, log, "propagation")
+    residuals = ResidualLog(settings.max_rel_residual, log, "propagation")
     predictions = []
     for batch in store.batches(0, batch_size, device):
         mask, n = batch.mask, batch.X.shape[1]

@@ -16,6 +16,7 @@ import h5py
 import pandas as pd
 import torch
 
+from attnscope.analyses.norms.settings import NormsSettings
 from attnscope.analyses.norms.sinks import sink_rows
 from attnscope.analyses.norms.statistics import NormsAccumulator
 from attnscope.architectures import ModelLayer
@@ -29,7 +30,7 @@ from attnscope.core.attention import (
 from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
-from attnscope.maps.head_norms import MEMORY_BUDGET_MB, head_summed_norms
+from attnscope.maps.head_norms import head_summed_norms
 from attnscope.maps.storage import MapDataset
 
 
@@ -38,24 +39,17 @@ def corpus_pass(
     weights: CanonicalModel,
     model,
     maps: h5py.File,
-    *,
-    batch_size: int,
-    device: str,
-    sample_size: int,
-    seed: int,
-    max_rel_residual: float,
-    maps_dtype: str = "float32",
+    settings: NormsSettings,
     log: logging.Logger | None = None,
     layers: list[int] | None = None,
-    memory_budget_mb: float = MEMORY_BUDGET_MB,
-    maps_top_k: int = 0,
 ) -> tuple[NormsAccumulator, pd.DataFrame]:
     """Stream the store layer by layer; return the accumulator and the residual table.
 
     `layers` (0-based; None: all): a layer shard's layers. Its accumulator holds their rows
     only (and the last state's, if the last layer is among them), to be `merged` with the
-    other shards'. `memory_budget_mb`: the working memory of the head-summed map's query
-    chunks (`head_summed_norms`).
+    other shards'. `settings.memory_budget_mb`: the working memory of the head-summed map's
+    query chunks (`head_summed_norms`); the `maps_*` and `max_rel_residual` below are
+    `settings`'s too.
 
     Writes `maps/{l}` [N, L, L] (l 1-based; rows query i, columns key j; 0 where the pair
     does not count) into the open HDF5 file `maps`, batch by batch; with `maps_top_k` k > 0
@@ -64,16 +58,19 @@ def corpus_pass(
     (`Architecture.attention_output`); a relative residual above `max_rel_residual` raises
     `checks.CheckError`. The residual table has `checks.ResidualLog`'s columns.
     """
-    acc = NormsAccumulator(weights.n_layers, weights.n_heads, sample_size, seed)
+    batch_size, device = settings.batch_size, settings.device
+    acc = NormsAccumulator(
+        weights.n_layers, weights.n_heads, settings.spearman_sample_size, settings.seed
+    )
     maps.attrs["description"] = "||sum_h alpha^h_ij f^h(x_j)||; maps/{layer} [seq, query i, key j]"
     maps.attrs["layers"] = "1-based"
     N, L = store.n_sequences, store.length
-    residuals = ResidualLog(max_rel_residual, log, "norms")
+    residuals = ResidualLog(settings.max_rel_residual, log, "norms")
     layers = range(weights.n_layers) if layers is None else layers
     for l in layers:
         handle = ModelLayer(model, weights, l)
         layer = handle.weights
-        dataset = MapDataset(maps, f"maps/{l + 1}", N, L, maps_dtype, maps_top_k)
+        dataset = MapDataset(maps, f"maps/{l + 1}", N, L, settings.maps_dtype, settings.maps_top_k)
         for batch in store.batches(l, batch_size, device):
             with torch.no_grad():
                 alpha = attention_probs(batch.X, batch.mask, layer)
@@ -86,7 +83,7 @@ def corpus_pass(
                 acc.sinks.add_batch(l, alpha, fx, batch.mask, sink_rows(batch.mask, layer))
                 acc.massive.add_batch(l, batch.X, batch.mask)
                 pairs = visible_pairs(batch.mask, layer.causal)
-                norm_map = head_summed_norms(alpha, fx, memory_budget_mb) * pairs
+                norm_map = head_summed_norms(alpha, fx, settings.memory_budget_mb) * pairs
             dataset.write(batch.start, norm_map)
     if weights.n_layers - 1 in layers:
         for batch in store.batches(weights.n_layers, batch_size, device):

@@ -30,6 +30,7 @@ from attnscope.analyses.position.bilinear import (
     score_weights,
 )
 from attnscope.analyses.position.embeddings import amplitude_spectrum
+from attnscope.analyses.position.settings import PositionSettings
 from attnscope.analyses.position.waves import (
     cross_correlation,
     cross_covariance,
@@ -189,22 +190,23 @@ class LayerPass:
 def corpus_pass(
     store: HiddenStates,
     weights: CanonicalModel,
-    t_max: int = 10,
-    xcorr_t_max: int = 30,
-    include_bias: bool = False,
-    batch_size: int = 16,
-    device: str = "cpu",
+    settings: PositionSettings,
     log=None,
     layers: list[int] | None = None,
 ) -> PassResult:
-    """The whole pass; see the module docstring. `layers` (0-based; None: all): a layer
+    """The whole pass (`settings`: t_max, xcorr_t_max, include_bias, batch_size, device); see
+    the module docstring. `layers` (0-based; None: all): a layer
     shard's layers, whose arrays hold zeros at the others' (`core.streaming.merged` adds)."""
+    t_max, xcorr_t_max = settings.t_max, settings.xcorr_t_max
+    batch_size, device = settings.batch_size, settings.device
     window = int(store.lengths.min())
     if window < 2:
         raise ValueError(f"{store.path}: the shortest sequence has {window} real tokens")
     result = PassResult.zeros(store.n_sequences, weights, t_max, xcorr_t_max, window)
     for l in range(weights.n_layers) if layers is None else layers:
-        part = LayerPass(weights.layers[l], include_bias, result.xcorr_offsets, window, device)
+        part = LayerPass(
+            weights.layers[l], settings.include_bias, result.xcorr_offsets, window, device
+        )
         for batch in store.batches(l, batch_size, device):
             result.trt[batch.start : batch.stop, l] = batch_trt(batch, part.layer, result.offsets)
             part.add(batch)
@@ -229,15 +231,13 @@ def batch_trt(batch, layer, offsets: list[int]) -> np.ndarray:
 def trt_pass(
     store: HiddenStates,
     weights: CanonicalModel,
-    *,
-    t_max: int,
-    batch_size: int,
-    device: str,
+    settings: PositionSettings,
     layers: list[int] | None = None,
 ) -> np.ndarray:
     """tr_t(A) alone, for any attention (rotary models, where the bilinear analyses of
     `corpus_pass` do not apply), t = -t_max..t_max, of `layers` (0-based; None: all; zeros at the
     others).  [N, L, H, T]"""
+    t_max, batch_size, device = settings.t_max, settings.batch_size, settings.device
     offsets = list(range(-t_max, t_max + 1))
     trt = np.zeros((store.n_sequences, weights.n_layers, weights.n_heads, len(offsets)))
     for l in range(weights.n_layers) if layers is None else layers:

@@ -15,6 +15,7 @@ import h5py
 import numpy as np
 import torch
 
+from attnscope.analyses.probing.settings import ProbingSettings
 from attnscope.analyses.probing.sources import (
     MODEL_SOURCES,
     head_labels,
@@ -34,20 +35,17 @@ def stream_word_maps(
     store: HiddenStates,
     weights: CanonicalModel,
     metas: list[dict],
-    sources: list[str],
     consumer: Consumer,
-    *,
-    batch_size: int,
-    device: str,
-    mode: str,
+    settings: ProbingSettings,
     mixing: h5py.File | None = None,
     on_batch: Callable | None = None,
-    limit: int | None = None,
     log: logging.Logger | None = None,
 ) -> None:
     """Call `consumer` for every source, layer and batch; `on_batch(batch, metas, n_words,
-    source_matrix)` once per batch of the first layer (gold counts, embeddings). `limit`: only
-    the first sequences (all when None)."""
+    source_matrix)` once per batch of the first layer (gold counts, embeddings); every source of
+    `settings.sources`, over its first `settings.limit` sequences (all when None); `mixing`:
+    the mixing family's open maps.h5, which its scopes' sources read."""
+    sources, batch_size, device = settings.sources, settings.batch_size, settings.device
     if len(metas) != store.n_sequences:
         raise ValueError(f"{len(metas)} meta objects for {store.n_sequences} sequences")
     scopes = [s for s in sources if s not in MODEL_SOURCES]
@@ -55,7 +53,7 @@ def stream_word_maps(
         raise ValueError(f"sources {scopes} need the mixing family's maps.h5")
     n_words_all = np.array([len(m["words"]) for m in metas])
     for l, layer in enumerate(weights.layers):
-        for batch in store.batches(l, batch_size, device, limit):
+        for batch in store.batches(l, batch_size, device, settings.limit):
             alpha = None  # shared by the weights and norms sources of this batch
             batch_metas = metas[batch.start : batch.stop]
             n_words = n_words_all[batch.start : batch.stop]
@@ -74,16 +72,16 @@ def stream_word_maps(
                         n = batch.X.shape[1]
                         maps = mixing_maps(mixing, source, l + 1, batch.start, batch.stop, n)
                         maps = maps.to(device)
-                    words = word_level(maps, word_ids, batch.mask, W, mode).cpu()
+                    words = word_level(maps, word_ids, batch.mask, W, settings.word_mode).cpu()
                 labels = head_labels(source, weights.n_heads)
                 consumer(source, l + 1, labels, words, batch, batch_metas, n_words)
         if log:
             log.info("layer %d done", l + 1)
 
 
-def syntax_pass(store, weights, metas, sources, features: h5py.File | None, **stream):
+def syntax_pass(store, weights, metas, settings, features: h5py.File | None, mixing=None, log=None):
     """Dependency-head counts (and probe features into the open file `features`) of an EWT
-    store. -> (syntax_heads table, syntax_best table)"""
+    store (`stream_word_maps`). -> (syntax_heads table, syntax_best table)"""
     from attnscope.analyses.probing.features import FeatureWriter
     from attnscope.analyses.probing.syntax import (
         SyntaxCounts,
@@ -115,13 +113,14 @@ def syntax_pass(store, weights, metas, sources, features: h5py.File | None, **st
         if writer is not None:
             writer.add_maps(source, layer, labels, words, batch.start, batch.stop)
 
-    stream_word_maps(store, weights, metas, sources, consumer, on_batch=on_batch, **stream)
+    stream_word_maps(store, weights, metas, consumer, settings, mixing, on_batch, log)
     heads_table = counts.heads_table()
     return heads_table, best_table(heads_table, counts.baseline_table())
 
 
-def coref_pass(store, weights, metas, sources, **stream):
-    """Coreference counts of a GAP store. -> (coref_heads table, coref_best table)"""
+def coref_pass(store, weights, metas, settings, mixing=None, log=None):
+    """Coreference counts of a GAP store (`stream_word_maps`). -> (coref_heads table,
+    coref_best table)"""
     from attnscope.analyses.probing.coreference import CorefCounts
 
     if any("pronoun" not in m for m in metas):
@@ -136,6 +135,6 @@ def coref_pass(store, weights, metas, sources, **stream):
         W = words.shape[-1] - 1
         counts.add(source, layer, labels, words[..., :W, :W], batch_metas, causal)
 
-    stream_word_maps(store, weights, metas, sources, consumer, on_batch=on_batch, **stream)
+    stream_word_maps(store, weights, metas, consumer, settings, mixing, on_batch, log)
     heads_table = counts.heads_table()
     return heads_table, counts.best_table(heads_table)

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from attnscope.analyses.views.settings import ViewsSettings
 from attnscope.architectures import architecture
 from attnscope.core.attention import (
     additive_mask,
@@ -109,18 +110,16 @@ def sequence_page(
     weights: CanonicalModel,
     model,
     tokenizer,
-    *,
-    scopes: bool,
-    ig_steps: int,
-    top_k: int,
-    max_rel_residual: float,
-    device: str = "cpu",
+    settings: ViewsSettings,
     log: logging.Logger | None = None,
     prediction: Prediction | None = None,
 ) -> Page:
-    """The page of sequence `index` of `store` (0-based); the prediction row needs `scopes`
-    and a `prediction` with an LM head. `model` is the loaded model's module, on the meta
+    """The page of sequence `index` of `store` (0-based) by `settings` (scopes, ig_steps,
+    top_k, max_rel_residual, device); the prediction row needs `settings.scopes` and a
+    `prediction` with an LM head. `model` is the loaded model's module, on the meta
     device but for the layer in use on the layer-streamed route."""
+    scopes, ig_steps, top_k = settings.scopes, settings.ig_steps, settings.top_k
+    device = settings.device
     n = int(store.lengths[index])
     ids = store.input_ids[index, :n]
     category = store.category[index, :n]
@@ -158,7 +157,7 @@ def sequence_page(
             "top_k": min(top_k, n),
         }
     )
-    residuals = ResidualLog(max_rel_residual, log, "views")
+    residuals = ResidualLog(settings.max_rel_residual, log, "views")
     mask = torch.ones(1, n, dtype=torch.long, device=device)
     exact = store.exact
     alpha_error = 0.0
@@ -201,8 +200,7 @@ def sequence_page(
         if prediction is not None and prediction.head is not None:
             batch = store.batch(0, index, index + 1, n, device)
             logits = LogitSplit(weights, store, batch, prediction, ig_steps)
-        settings = (ig_steps, top_k, residuals, device)
-        add_propagated(page, store, index, weights, model, *settings, logits)
+        add_propagated(page, store, index, weights, model, settings, residuals, logits)
         add_prediction(page, logits, residuals, tokenizer)
     page.header["alpha_max_error"] = alpha_error
     page.header["max_rel_residual"] = float(residuals.table()["max_rel"].max()) if scopes else None
@@ -261,10 +259,12 @@ def why_layer(split, X: torch.Tensor, mask, layer, l: int, residuals):
     return keys, torch.stack(pairs), torch.stack(values)
 
 
-def add_propagated(page, store, index, weights, model, ig_steps, top_k, residuals, device, logits):
-    """`Propagated/{l}/key|value`: the top-k input tokens j of ||p_{l, i<-j}|| per token i,
-    the split carried from the embeddings (`propagation.propagate`, checked like the mixing
-    family's). The last state's chunks go to `logits` (a `LogitSplit`, or None)."""
+def add_propagated(page, store, index, weights, model, settings, residuals, logits):
+    """`Propagated/{l}/key|value`: the `settings.top_k` input tokens j of ||p_{l, i<-j}|| per
+    token i, the split carried from the embeddings (`propagation.propagate`, checked like the
+    mixing family's, by `settings.ig_steps`). The last state's chunks go to `logits` (a
+    `LogitSplit`, or None)."""
+    ig_steps, top_k, device = settings.ig_steps, settings.top_k, settings.device
     n = page.header["n"]
     mask = torch.ones(1, n, dtype=torch.long, device=device)
     exact = store.exact

@@ -36,6 +36,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from attnscope.analyses.weights.settings import GradientSettings
 from attnscope.analyses.weights.statistics import counted_rows
 from attnscope.architectures import architecture
 from attnscope.core.attention import (
@@ -210,21 +211,14 @@ def batch_tensors(arrays, start: int, stop: int, n: int, device: str) -> list[to
 
 
 def gradient_importance(
-    model,
-    store: HiddenStates,
-    mask_token_id: int | None,
-    rate: float,
-    seed: int,
-    batch_size: int,
-    device: str = "cpu",
-    limit: int | None = None,
-    log=None,
+    model, store: HiddenStates, mask_token_id: int | None, settings: GradientSettings, log=None
 ) -> pd.DataFrame:
     """layer category importance attention n_sequences status, one row per layer and category,
     by a whole-model forward and backward per batch. `mask_token_id` None: a causal LM, the
-    next-token loss (`rate` and `seed` unused)."""
-    total = min(limit or store.n_sequences, store.n_sequences)
-    targets = loss_targets(store, mask_token_id, rate, seed, total)
+    next-token loss (`settings.mask_rate` and `seed` unused)."""
+    batch_size, device = settings.batch_size, settings.device
+    total = min(settings.limit or store.n_sequences, store.n_sequences)
+    targets = loss_targets(store, mask_token_id, settings.mask_rate, settings.seed, total)
     sums = ImportanceSums(model.config.num_hidden_layers, mask_token_id is None)
     for start, stop, n in batch_spans(store.lengths, batch_size, total):
         inputs, labels, chosen, mask, types, category = batch_tensors(

@@ -16,10 +16,11 @@ import h5py
 import pandas as pd
 
 from attnscope.analyses.weights.gradients import layerwise_gradient_importance, loss_targets
+from attnscope.analyses.weights.settings import GradientSettings
 from attnscope.core import files
 from attnscope.core.canonical import CanonicalModel, PredictionHead
 from attnscope.core.store import TOKEN_ARRAYS, HiddenStates
-from attnscope.pipeline.extract import extract_streamed
+from attnscope.pipeline.extract import ExtractSettings, extract_streamed
 
 
 def streamed_gradient_importance(
@@ -28,20 +29,17 @@ def streamed_gradient_importance(
     head: PredictionHead,
     store: HiddenStates,
     mask_token_id: int | None,
-    rate: float,
-    seed: int,
-    batch_size: int,
-    device: str,
+    settings: GradientSettings,
     scratch_folder: str | Path,
-    limit: int | None = None,
     log=None,
 ) -> pd.DataFrame:
     """`gradient_importance`'s table for the checkpoint in `folder`, its layer-streamed
     `weights` (`streamed_weights.streamed_model`) and LM `head` (`streamed_head`: masked, or
-    causal with `mask_token_id` None), over the first `limit` sequences of `store` (all if
-    None)."""
-    total = min(limit or store.n_sequences, store.n_sequences)
-    targets = loss_targets(store, mask_token_id, rate, seed, total)
+    causal with `mask_token_id` None), over the first `settings.limit` sequences of `store`
+    (all if None)."""
+    batch_size, device = settings.batch_size, settings.device
+    total = min(settings.limit or store.n_sequences, store.n_sequences)
+    targets = loss_targets(store, mask_token_id, settings.mask_rate, settings.seed, total)
     with files.scratch_folder(scratch_folder, "gradients-") as scratch:
         states_path = store.path
         if mask_token_id is not None or not store.exact:
@@ -50,7 +48,9 @@ def streamed_gradient_importance(
                 for name in TOKEN_ARRAYS:
                     f[name] = getattr(store, name)[:total]
                 f["input_ids"][...] = targets.inputs
-            extract_streamed(folder, encoded, states_path, batch_size, device)
+            extract_streamed(
+                folder, encoded, states_path, ExtractSettings(batch_size, device=device)
+            )
         with HiddenStates(states_path) as states, h5py.File(scratch / "grad.h5", "w") as grad:
             return layerwise_gradient_importance(
                 states, weights, head, targets, grad, batch_size, device, log
