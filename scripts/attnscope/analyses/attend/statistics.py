@@ -15,16 +15,21 @@ rows. The tables give means per counted row (logit units):
     trt_terms.tsv   layer head pair t value: the tr_t profile of each embedding term pair
                 (`trt_terms.PROFILES`), the mean over sequences (learned-position models)
 
-Memory: the pair sums dominate, K x H x C_l x C_l float64 at each analysed layer l (K
-weightings: 4 for decoders, 7 for encoders; H heads; C_l = 2 + (l - 1)(H + 1) components
-with one embedding component), whatever the number of sequences (added in place). All
-layers of SmolLM2-135M (30 layers, 9 heads, C up to 292): about 250 MB; of MiniLM-L6 (6
-layers, 12 heads, C up to 69, 3 embedding parts): about 7 MB; of Llama-3.2-1B (16 layers, 32
-heads, C up to 497): about 1.4 GB (a `layers:` subset keeps only its layers).
+The pair sums, K x C_l x C_l float64 per head at each analysed layer l (K weightings: 4
+for decoders, 7 for encoders; C_l = 2 + (l - 1)(H + 1) components with one embedding
+component, fewer with a `component_window`), are kept in a scratch HDF5 file between
+sequences (`HeadSums`): memory holds one head's at a time whatever the depth and the number
+of sequences. On disk, for all layers: SmolLM2-135M (30 layers, 9 heads, C up to 292) about
+250 MB, MiniLM-L6 (C up to 69) about 7 MB, Llama-3.2-1B (16 layers, 32 heads, C up to 497)
+about 1.4 GB; the marginals and bands (K x C per head) stay in memory.
 """
 
 from __future__ import annotations
 
+import tempfile
+from collections.abc import Iterator, Mapping
+
+import h5py
 import numpy as np
 import pandas as pd
 import torch
@@ -36,13 +41,56 @@ COLUMNS = ["layer", "head", "keys", "side", "query", "key", "n_rows", "lift", "s
 ALL = "all"
 
 
+class HeadSums(Mapping):
+    """{(layer, head): {"pairs": [K, C, C], "query", "key": [K, C], "bands": [K, B]}}, float64
+    sums added to in place. The pairs live in an HDF5 file in the temporary folder (deleted
+    when closed) and are read, added to and written back one head at a time; the rest stays
+    in memory. Reading a key reads its pairs from the file."""
+
+    def __init__(self):
+        self._pairs = h5py.File(tempfile.TemporaryFile(prefix="attnscope-pairs-"), "w")
+        self._rest: dict[tuple[int, int], dict[str, np.ndarray]] = {}
+
+    def add(self, key: tuple[int, int], sums: dict[str, np.ndarray]) -> None:
+        rest = self._rest.setdefault(key, {})
+        for name, value in sums.items():
+            if name == "pairs":
+                self._add_pairs(dataset(key), value)
+            elif name in rest:
+                rest[name] += value
+            else:
+                rest[name] = value
+
+    def _add_pairs(self, path: str, value: np.ndarray) -> None:
+        if path in self._pairs:
+            stored = self._pairs[path]
+            stored[...] = stored[...] + value
+        else:
+            self._pairs.create_dataset(path, data=value)
+
+    def __getitem__(self, key: tuple[int, int]) -> dict[str, np.ndarray]:
+        return {"pairs": self._pairs[dataset(key)][...], **self._rest[key]}
+
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return iter(self._rest)
+
+    def __len__(self) -> int:
+        return len(self._rest)
+
+
+def dataset(key: tuple[int, int]) -> str:
+    """The pair sums' dataset of (layer, head) in `HeadSums`' file."""
+    layer, head = key
+    return f"{layer}/{head}"
+
+
 class LiftSums:
     """The sums of every analysed layer, fed one sequence, layer and head at a time."""
 
     def __init__(self):
         self.components: dict[int, list[str]] = {}  # layer (1-based) -> C names
         self.keys: dict[int, list[str]] = {}  # layer -> weighting names, ATTENDED first
-        self.sums: dict[tuple[int, int], dict[str, np.ndarray]] = {}  # (layer, head) -> ...
+        self.sums = HeadSums()  # (layer, head) -> the sums of `add`
         self.rows: dict[int, np.ndarray] = {}  # layer -> [K] counted rows
         self.trt: dict[int, np.ndarray] = {}  # layer -> [H, P, T] tr_t profiles summed
         self.trt_sequences: dict[int, int] = {}  # layer -> sequences summed into trt
@@ -52,13 +100,7 @@ class LiftSums:
         pairs [K, C, C], query and key [K, C] (marginals), bands [K, B]."""
         self.components[layer], self.keys[layer] = list(names), list(keys)
         new = {"pairs": pairs, "query": query, "key": key, "bands": bands}
-        old = self.sums.setdefault((layer, head), {})
-        for name, value in new.items():
-            value = value.double().cpu().numpy()
-            if name in old:
-                old[name] += value
-            else:
-                old[name] = value
+        self.sums.add((layer, head), {n: v.double().cpu().numpy() for n, v in new.items()})
 
     def count(self, layer: int, rows: torch.Tensor) -> None:
         """rows [K, n] bool: the rows of one sequence that count for each weighting."""
