@@ -54,7 +54,7 @@ def snakemake(
         "--cores", "2",
         *args,
     ]  # fmt: skip
-    return subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    return subprocess.run(command, capture_output=True, text=True, timeout=2700)
 
 
 def small_config(models: dict, n: int = 4) -> dict:
@@ -817,7 +817,7 @@ def make_report(workdir: Path, config: dict) -> subprocess.CompletedProcess:
         "make", "-C", str(ROOT), "-o", ".venv/.installed", f"BIN={SNAKEMAKE.parent}",
         f"SNAKEMAKE_ARGS={args}", "report",
     ]  # fmt: skip
-    return subprocess.run(command, capture_output=True, text=True, timeout=1800)
+    return subprocess.run(command, capture_output=True, text=True, timeout=2700)
 
 
 def test_report_of_an_unfinished_run_says_what_to_run_first(tmp_path, tiny_model_dir):
