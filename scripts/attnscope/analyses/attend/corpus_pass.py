@@ -18,9 +18,9 @@ The layers are walked in order for each sequence up to the last analysed one (on
 layer-streamed route each of them is read once per sequence). Memory: the split of one
 sequence, [C, n, d] (C up to 10 L), the queries, keys and one weighting's lifts [H, C, n, d']
 at one layer, and the sums of `LiftSums`; none of it grows with the number of sequences.
-What grows with depth is C: the split, and the pair sums (`statistics`, K x H x C x C per
-layer); with a `component_window` w, C is at most the embedding parts + 2 + w (H + 1) (+ experts) at
-every depth, and only the pair sums' count of layers grows.
+What grows with depth is C, and the split with it; with a `component_window` w, C is at most
+the embedding parts + 2 + w (H + 1) (+ experts) at every depth. The pair sums (K x C x C per
+layer and head) are kept on disk between sequences (`statistics.HeadSums`).
 """
 
 from __future__ import annotations
