@@ -110,6 +110,31 @@ def test_a_decoder_with_its_head_views_its_next_token(decoder):
     assert parts.check["max_rel"].max() < 1e-4 and arrays["prediction/logit"].shape == (1, n)
 
 
+def test_a_decoder_whose_tokenizer_has_no_bos_runs_every_call(tmp_path):
+    """Issue M13: Qwen2/2.5/3 tokenizers have no BOS. A tiny qwen2 with such a tokenizer
+    loads, and norms, decompose, attend and view run on it: the text starts with the EOS
+    (<|im_end|> here), the weights are the module's own on exactly those ids."""
+    from conftest import QWEN_SPECIALS
+
+    folder = write_tiny_decoder_folder(tmp_path / "qwen2", "qwen2", specials=QWEN_SPECIALS)
+    model = attnscope.load(folder)
+    assert model.tokenizer.bos_token_id is None
+    text = "The cat sat on the mat."
+    eos = model.tokenizer.eos_token_id
+    ids = torch.tensor([[eos, *model.tokenizer(text)["input_ids"], eos]])
+    found = attnscope.norms(model, text)
+    assert found.tokens[0] == found.tokens[-1] == "<|im_end|>"
+    with torch.no_grad():
+        attentions = model.module(input_ids=ids, output_attentions=True).attentions
+    for l, want in enumerate(attentions):
+        np.testing.assert_allclose(found.alpha[l], want[0].numpy(), atol=1e-5)
+    parts = attnscope.decompose(model, text, scopes=("AttnResLnFf", "Propagated"))
+    assert parts.tokens == found.tokens and parts.check["max_rel"].max() < 1e-4
+    assert attnscope.attend(model, text, layer=2, head=1).check <= 1e-4
+    header, _ = read_page(attnscope.view(model, text).html)
+    assert header["tokens"] == found.tokens and header["prediction"]["kind"] == "next"
+
+
 def test_a_contrast_the_page_cannot_show_is_refused(minilm, decoder):
     """A contrast of one word, a word given as a string, one on a model without an LM head
     (MiniLM) or on a page without the prediction row: each refused by name, before any

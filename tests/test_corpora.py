@@ -528,3 +528,29 @@ def test_the_registry_imports_without_numpy():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def no_bos(tmp_path_factory):
+    """A Qwen-style byte-level BPE: no BOS (bos_token None), EOS <|im_end|>, pad <|endoftext|>."""
+    from conftest import QWEN_SPECIALS, train_bpe_tokenizer
+
+    return train_bpe_tokenizer(tmp_path_factory.mktemp("no-bos"), specials=QWEN_SPECIALS)
+
+
+def test_a_tokenizer_without_bos_starts_with_its_eos(no_bos):
+    """Issue M13: Qwen's tokenizers have no BOS; every sequence starts with the EOS (category
+    CLS there, SEP wherever else it stands), as GPT-2's <|endoftext|> does."""
+    assert no_bos.bos_token_id is None and no_bos.cls_token_id is None
+    eos = no_bos.eos_token_id
+    assert special_ids(no_bos) == (eos, eos)
+    corpus = encode_corpus("wiki", data("wiki"), no_bos, {"n_sequences": 4})
+    check_layout(corpus, no_bos, 128, [2] * 4)
+    texts = encode_corpus("texts", [], no_bos, {"texts": ["The cat sat.", ["A cat.", "It sat."]]})
+    ids, word_ids = real(texts, 0)
+    words = no_bos("The cat sat.", add_special_tokens=False)["input_ids"]
+    assert ids.tolist() == [eos, *words, eos]
+    category = texts.category[0, : len(ids)]
+    assert category[0] == CLS and category[-1] == SEP
+    assert not np.isin(category[1:-1], [CLS, SEP]).any()
+    assert (texts.input_ids[0, len(ids) :] == no_bos.pad_token_id).all()
