@@ -227,6 +227,25 @@ def test_a_text_longer_than_the_models_positions_is_refused(masked_lm, minilm):
             pass
 
 
+def test_attend_checks_its_arguments_like_the_other_calls(minilm):
+    """Issue m23: a layer or head that is not an integer (1.5, True, "2") and a text that is
+    not a string or a pair are refused by name, before any work, as the other calls refuse
+    them; numpy integers are integers."""
+    text = "The cat sat."
+    for bad in (1.5, True, "2", None):
+        with pytest.raises(TypeError, match=f"layer must be an integer .*not {bad!r}"):
+            attnscope.attend(minilm, text, layer=bad, head=1)
+        with pytest.raises(TypeError, match=f"head must be an integer .*not {bad!r}"):
+            attnscope.attend(minilm, text, layer=1, head=bad)
+    for bad in (None, 3, ["A.", "B.", "C."], [1, 2]):
+        with pytest.raises(TypeError, match="a text is a string or \\[sentence A, sentence B\\]"):
+            attnscope.attend(minilm, bad, layer=1, head=1)
+        with pytest.raises(TypeError, match="a text is a string or \\[sentence A, sentence B\\]"):
+            attnscope.norms(minilm, bad)
+    found = attnscope.attend(minilm, text, layer=np.int64(2), head=np.int32(3))
+    assert (found.layer, found.head) == (2, 3)
+
+
 def test_import_is_light_and_the_api_is_lazy():
     code = "import sys, attnscope; assert 'torch' not in sys.modules; attnscope.view; print('ok')"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
