@@ -135,6 +135,35 @@ def test_a_decoder_whose_tokenizer_has_no_bos_runs_every_call(tmp_path):
     assert header["tokens"] == found.tokens and header["prediction"]["kind"] == "next"
 
 
+def test_a_typed_pad_on_roberta_follows_the_modules_positions(tmp_path):
+    """Issue m22: a "<pad>" typed in a text stays the pad token; RoBERTa's position ids skip
+    it, and attend's split (and the page's, which splits the same way) follows them: the
+    check passes and the weights are the module's own on those ids."""
+    from transformers import RobertaForMaskedLM
+
+    from attnscope.data.corpora import encode_corpus
+    from conftest import TINY, tiny_config, train_bpe_tokenizer
+
+    specials = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>"}
+    specials |= {"mask_token": "<mask>", "cls_token": "<s>", "sep_token": "</s>"}
+    tokenizer = train_bpe_tokenizer(tmp_path, specials=specials)
+    config = tiny_config("roberta")
+    config.update({"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id})
+    torch.manual_seed(0)
+    RobertaForMaskedLM(config).save_pretrained(tmp_path)
+    model = attnscope.load(tmp_path)
+    text = "The cat <pad> sat on <pad> the mat."
+    found = attnscope.attend(model, text, layer=2, head=3)
+    assert found.tokens.count("<pad>") == 2 and found.check <= 1e-4
+    ids = torch.from_numpy(encode_corpus("texts", [], model.tokenizer, {"texts": [text]}).input_ids)
+    assert (ids[0] == tokenizer.pad_token_id).sum() == 2 and ids.shape[1] < TINY["positions"]
+    with torch.no_grad():
+        want = model.module(input_ids=ids, output_attentions=True).attentions[1][0, 2]
+    torch.testing.assert_close(torch.softmax(found.logits, -1), want, atol=1e-6, rtol=1e-5)
+    header, _ = read_page(attnscope.view(model, text).html)
+    assert header["tokens"] == found.tokens
+
+
 def test_a_contrast_the_page_cannot_show_is_refused(minilm, decoder):
     """A contrast of one word, a word given as a string, one on a model without an LM head
     (MiniLM) or on a page without the prediction row: each refused by name, before any
