@@ -46,3 +46,21 @@ def layer_ticks(ax, layers, axis: str = "x") -> None:
         target.set_ticks(layers)
     else:
         target.set_major_locator(MaxNLocator(nbins=MAX_LAYER_LABELS, integer=True))
+
+
+def heatmap_layer_ticks(ax, layers, axis: str = "y") -> None:
+    """Label a heatmap's `layers` (its rows on axis "y", columns on "x", in drawing order, one
+    cell each) with horizontal text: every one up to MAX_LAYER_LABELS of them, else every k-th
+    from the first, k the smallest step that keeps at most MAX_LAYER_LABELS (18 layers: 1, 3,
+    ..., 17). Seaborn's own labels stand upright on the y axis and run together from about 18
+    rows on."""
+    import math
+
+    layers = [int(layer) for layer in layers]
+    step = math.ceil(len(layers) / MAX_LAYER_LABELS)
+    cells = range(0, len(layers), step)
+    ticks, labels = [c + 0.5 for c in cells], [str(layers[c]) for c in cells]
+    if axis == "y":
+        ax.set_yticks(ticks, labels, rotation=0)
+    else:
+        ax.set_xticks(ticks, labels, rotation=0)
