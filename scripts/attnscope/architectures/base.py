@@ -7,6 +7,7 @@ package names a module path or branches on `model_type`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -83,6 +84,27 @@ def base_model(model):
     """The bare encoder/decoder of a model that may carry a task head."""
     prefix = getattr(model, "base_model_prefix", "")
     return getattr(model, prefix, model) if prefix else model
+
+
+@contextmanager
+def unembedding_input(model, select: Callable):
+    """While open, each forward of `model` (loaded with its LM head) hands its output
+    embedding (the unembedding, W_U) `select(x)` instead of its input x [B, n, d_e] (after the
+    final norm, and a masked-LM head's transform), and appends x to the yielded list: the
+    model's own logits are then those of the positions `select` keeps (e.g. a few
+    [P, 1, d_e]), never [B, n, V], and x keeps its autograd graph for a loss built from it
+    in chunks (`core.lm_head`)."""
+    seen: list = []
+
+    def hook(module, args):
+        seen.append(args[0])
+        return (select(args[0]), *args[1:])
+
+    handle = model.get_output_embeddings().register_forward_pre_hook(hook)
+    try:
+        yield seen
+    finally:
+        handle.remove()
 
 
 def layer_norm(module: torch.nn.LayerNorm) -> CanonicalLayerNorm:
