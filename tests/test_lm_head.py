@@ -94,3 +94,27 @@ def test_reference_logits_at_positions_are_the_models_own(tmp_path, family, kind
     assert ours.shape == whole.shape == (4, model.config.vocab_size)
     torch.testing.assert_close(ours, whole, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(stored, whole, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "family, kind",
+    [("bert", "mlm"), ("gpt2", "causal"), ("llama", "causal"), ("gpt_neox", "causal")],
+)
+def test_extraction_with_the_head_loaded_never_builds_logits(family, kind):
+    """The residual states of a model loaded with its LM head (the sink card's control
+    extraction) come from the bare model: the unembedding never runs, and the states are
+    the bare model's."""
+    from attnscope.architectures import architecture, base_model
+    from conftest import tiny_batch, tiny_model
+
+    model = tiny_model(family, head=kind)
+    ids, mask = tiny_batch(family)
+    arch = architecture(model.config.model_type)
+    inputs = arch.model_inputs(model, ids, mask, torch.zeros_like(ids))
+    calls = []
+    model.get_output_embeddings().register_forward_pre_hook(lambda m, args: calls.append(1))
+    states = arch.residual_states(model, inputs)
+    assert not calls
+    bare = arch.residual_states(base_model(model), inputs)
+    for got, want in zip(states, bare, strict=True):
+        torch.testing.assert_close(got, want)

@@ -149,11 +149,13 @@ def additive_mask(
 
 
 def hidden_states_forward(model, inputs: dict) -> list[torch.Tensor]:
-    """`output_hidden_states` of a forward pass without gradients.  n_layers + 1 x [B, n, d]"""
+    """`output_hidden_states` of a forward pass without gradients, of the bare model (a
+    model loaded with its LM head would build logits over the vocabulary, [B, n, V], for
+    nothing).  n_layers + 1 x [B, n, d]"""
     import torch
 
     with torch.no_grad():
-        return list(model(**inputs, output_hidden_states=True).hidden_states)
+        return list(base_model(model)(**inputs, output_hidden_states=True).hidden_states)
 
 
 def causal_head(model) -> PredictionHead | None:
