@@ -61,6 +61,15 @@ def test_gradients_through_the_chunks_equal_the_whole_ones(chunk_bytes):
     torch.testing.assert_close(losses[0], mean)
 
 
+def test_a_batch_without_any_chosen_position_has_loss_0_and_a_zero_gradient():
+    head = random_head()
+    h = torch.randn(2, 5, D, requires_grad=True)
+    chosen = torch.zeros(2, 5, dtype=torch.bool)
+    losses = sequence_losses(head, h, torch.zeros(2, 5, dtype=torch.long), chosen)
+    losses.sum().backward()
+    assert losses.tolist() == [0.0, 0.0] and (h.grad == 0).all()
+
+
 def test_unembed_gives_the_logits_of_the_columns_asked_for():
     head = random_head(softcap=3.0, multiplier=2.0)
     h = torch.randn(4, D)

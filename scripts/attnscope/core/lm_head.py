@@ -107,7 +107,7 @@ def cross_entropy(
             out.append(checkpoint(_rows_cross_entropy, *part, head, columns, use_reentrant=False))
         else:
             out.append(_rows_cross_entropy(*part, head, columns))
-    return torch.cat(out) if out else h.new_zeros(0)
+    return torch.cat(out) if out else at_least_float32(h).sum(-1)  # [0], in h's graph
 
 
 def sequence_losses(
