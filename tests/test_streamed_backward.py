@@ -7,6 +7,7 @@ import pytest
 from attnscope.analyses.weights.gradients import gradient_importance
 from attnscope.analyses.weights.settings import GradientSettings
 from attnscope.analyses.weights.streamed_backward import streamed_gradient_importance
+from attnscope.architectures import prediction_head
 from attnscope.core.store import HiddenStates
 from attnscope.pipeline.extract import ExtractSettings, extract
 from attnscope.pipeline.streamed_weights import streamed_head, streamed_model
@@ -30,7 +31,7 @@ def test_layerwise_backward_equals_the_whole_model_backward(tmp_path, family):
     mask_id = MASK_ID if masked else None
     run = GradientSettings(batch_size=2, mask_rate=0.3, seed=0)
     with HiddenStates(tmp_path / "states.h5") as store:
-        whole = gradient_importance(model, store, mask_id, run)
+        whole = gradient_importance(model, prediction_head(model), store, mask_id, run)
         _, weights = streamed_model(folder, "cpu")
         head = streamed_head(folder, "masked" if masked else "causal", "cpu")
         streamed = streamed_gradient_importance(

@@ -24,7 +24,6 @@ from attnscope.analyses.weights.gradients import (
     choose_masked,
     gradient_importance,
     next_token_targets,
-    sequence_losses,
 )
 from attnscope.analyses.weights.outputs import FAMILY as WEIGHTS
 from attnscope.analyses.weights.settings import GradientSettings
@@ -34,7 +33,12 @@ from attnscope.analyses.weights.statistics import (
     row_entropy,
     sequence_statistics,
 )
-from attnscope.architectures import architecture, canonical_weights
+from attnscope.architectures import (
+    architecture,
+    canonical_weights,
+    prediction_head,
+    unembedding_input,
+)
 from attnscope.core.attention import (
     additive_mask,
     attention_output,
@@ -44,6 +48,7 @@ from attnscope.core.attention import (
     value_vectors,
 )
 from attnscope.core.checks import NonFiniteError
+from attnscope.core.lm_head import sequence_losses
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CLS, OTHER, PAD, PUNCT, SEP
 from attnscope.pipeline.layer_walks import Batches, by_batch
@@ -367,6 +372,16 @@ def test_mds_and_clusters_are_reproducible():
 # ---------------------------------------------------------------- gradients
 
 
+def direct_losses(logits, labels, chosen):
+    """The reference: every logit [B, n, V] built whole, cross-entropy in float64, the mean
+    over each sequence's chosen positions.  -> [B]"""
+    ce = torch.nn.functional.cross_entropy(
+        logits.double().transpose(1, 2), labels, reduction="none"
+    )
+    chosen = chosen.double()
+    return (ce * chosen).sum(-1) / chosen.sum(-1).clamp_min(1)
+
+
 def canonical_loss(model, weights, masked, mask, labels, chosen, offsets):
     """The BERT masked-LM loss recomputed from canonical weights, with offsets [B, H, n, n]
     added to every layer's attention: d loss / d offset at 0 is the total d loss / d alpha."""
@@ -375,7 +390,7 @@ def canonical_loss(model, weights, masked, mask, labels, chosen, offsets):
         alpha = attention_probs(X, mask, layer) + offset
         h = layer.ln_attn(X + attention_output(alpha, value_vectors(X, layer), layer))
         X = layer.ln_ff(h + feed_forward(h, layer))
-    return sequence_losses(model.cls(X), labels, chosen).sum()
+    return direct_losses(model.cls(X), labels, chosen).sum()
 
 
 def test_attention_gradients_match_canonical_autograd_and_finite_differences():
@@ -386,7 +401,7 @@ def test_attention_gradients_match_canonical_autograd_and_finite_differences():
     chosen[:, [2, 5]] = True
     masked = labels.masked_fill(chosen, 4)
     alphas, grads = attention_gradients(
-        model, masked, mask, torch.zeros_like(labels), labels, chosen
+        model, prediction_head(model), masked, mask, torch.zeros_like(labels), labels, chosen
     )
     offsets = [torch.zeros_like(a, requires_grad=True) for a in alphas]
     canonical_loss(model, weights, masked, mask, labels, chosen, offsets).backward()
@@ -406,12 +421,13 @@ def test_attention_gradients_match_canonical_autograd_and_finite_differences():
 
 def test_gradient_importance_on_a_tiny_mlm_store(tmp_path):
     store_path, model = write_tiny_store(tmp_path, "bert", batch=5, length=14, head="mlm")
+    head = prediction_head(model)
     with HiddenStates(store_path) as store:
         chosen = choose_masked(store.input_ids, store.category, 0.15, 4, np.random.default_rng(0))
         maskable = np.isin(store.category, (OTHER, PUNCT))
         assert np.all(chosen <= maskable) and np.all(chosen.sum(1) >= 1)
-        table = gradient_importance(model, store, 4, GradientSettings(2, 0.15, seed=0))
-        again = gradient_importance(model, store, 4, GradientSettings(3, 0.15, seed=0))
+        table = gradient_importance(model, head, store, 4, GradientSettings(2, 0.15, seed=0))
+        again = gradient_importance(model, head, store, 4, GradientSettings(3, 0.15, seed=0))
     assert len(table) == 2 * len(CATEGORIES) and set(table["status"]) == {"ok"}
     assert np.all(np.isfinite(table["importance"])) and np.all(table["importance"] >= 0)
     assert table["importance"].sum() > 0
@@ -425,16 +441,19 @@ def test_next_token_gradients_on_a_tiny_causal_lm(tmp_path, model_type):
     """Causal LMs: the loss is transformers' own next-token loss, and the table is complete.
     (Gemma-2 soft-caps its final logits: the loss goes through the capped logits.)"""
     store_path, model = write_tiny_store(tmp_path, model_type, batch=4, length=12, head="causal")
+    head = prediction_head(model)
     with HiddenStates(store_path) as store:
         ids = torch.from_numpy(store.input_ids[:1].astype(np.int64))
         mask = torch.from_numpy(store.attention_mask[:1].astype(np.int64))
-        table = gradient_importance(model, store, None, GradientSettings(2, 0.15, seed=0))
-        again = gradient_importance(model, store, None, GradientSettings(3, 0.15, seed=0))
+        table = gradient_importance(model, head, store, None, GradientSettings(2, 0.15, seed=0))
+        again = gradient_importance(model, head, store, None, GradientSettings(3, 0.15, seed=0))
     n = int(mask.sum())
     labels, chosen = next_token_targets(ids[:, :n], mask[:, :n])
     with torch.no_grad():
-        out = model(input_ids=ids[:, :n], labels=ids[:, :n])
-    ours = sequence_losses(out.logits, labels, chosen)
+        out = model(input_ids=ids[:, :n], labels=ids[:, :n])  # transformers' own loss
+        with unembedding_input(model, lambda x: x[:, :1]) as seen:
+            assert model(input_ids=ids[:, :n]).logits.shape[1] == 1  # not built for all
+    ours = sequence_losses(head, seen[0], labels, chosen)
     assert ours.item() == pytest.approx(out.loss.item(), rel=1e-5)
     assert len(table) == 2 * len(CATEGORIES) and set(table["status"]) == {"ok"}
     assert np.all(np.isfinite(table["importance"])) and table["importance"].sum() > 0

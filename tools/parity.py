@@ -43,10 +43,10 @@ from attnscope.core.attention import (  # noqa: E402
     value_vectors,
 )
 from attnscope.core.checks import ResidualLog  # noqa: E402
+from attnscope.core.lm_head import head_logits  # noqa: E402
 from attnscope.core.store import HiddenStates, write_encoded  # noqa: E402
 from attnscope.data.corpora import encode_corpus  # noqa: E402
 from attnscope.maps.layer_maps import layer_scope_maps  # noqa: E402
-from attnscope.maps.prediction import head_logits  # noqa: E402
 from attnscope.pipeline.extract import ExtractSettings, extract, extract_streamed  # noqa: E402
 from attnscope.pipeline.models import (  # noqa: E402
     build_manifest,

@@ -10,7 +10,12 @@ import json
 from pathlib import Path
 
 from attnscope.architectures import bert, decoders, gpt2, neox
-from attnscope.architectures.base import Architecture, UnsupportedModelError, base_model
+from attnscope.architectures.base import (
+    Architecture,
+    UnsupportedModelError,
+    base_model,
+    unembedding_input,
+)
 from attnscope.core.canonical import CanonicalLayer, CanonicalModel
 
 ARCHITECTURES = (bert.ARCHITECTURE, gpt2.ARCHITECTURE, decoders.ARCHITECTURE, neox.ARCHITECTURE)
@@ -33,6 +38,7 @@ __all__ = [
     "lm_head_kind",
     "load_model",
     "prediction_head",
+    "unembedding_input",
 ]
 
 

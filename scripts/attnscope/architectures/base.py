@@ -7,6 +7,7 @@ package names a module path or branches on `model_type`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -85,6 +86,27 @@ def base_model(model):
     return getattr(model, prefix, model) if prefix else model
 
 
+@contextmanager
+def unembedding_input(model, select: Callable):
+    """While open, each forward of `model` (loaded with its LM head) hands its output
+    embedding (the unembedding, W_U) `select(x)` instead of its input x [B, n, d_e] (after the
+    final norm, and a masked-LM head's transform), and appends x to the yielded list: the
+    model's own logits are then those of the positions `select` keeps (e.g. a few
+    [P, 1, d_e]), never [B, n, V], and x keeps its autograd graph for a loss built from it
+    in chunks (`core.lm_head`)."""
+    seen: list = []
+
+    def hook(module, args):
+        seen.append(args[0])
+        return (select(args[0]), *args[1:])
+
+    handle = model.get_output_embeddings().register_forward_pre_hook(hook)
+    try:
+        yield seen
+    finally:
+        handle.remove()
+
+
 def layer_norm(module: torch.nn.LayerNorm) -> CanonicalLayerNorm:
     return CanonicalLayerNorm(module.weight.detach(), module.bias.detach(), module.eps)
 
@@ -127,11 +149,13 @@ def additive_mask(
 
 
 def hidden_states_forward(model, inputs: dict) -> list[torch.Tensor]:
-    """`output_hidden_states` of a forward pass without gradients.  n_layers + 1 x [B, n, d]"""
+    """`output_hidden_states` of a forward pass without gradients, of the bare model (a
+    model loaded with its LM head would build logits over the vocabulary, [B, n, V], for
+    nothing).  n_layers + 1 x [B, n, d]"""
     import torch
 
     with torch.no_grad():
-        return list(model(**inputs, output_hidden_states=True).hidden_states)
+        return list(base_model(model)(**inputs, output_hidden_states=True).hidden_states)
 
 
 def causal_head(model) -> PredictionHead | None:

@@ -4,7 +4,8 @@ An intervention edits the residual stream X_l entering layer l (0-based; l = 0 t
 output, l = L the last layer's output before the final norm) and runs layers l .. L - 1 from
 it with the canonical layers (`core.attention.layer_forward`), one layer at a time over every
 batch, so that on the layer-streamed route one layer's weights are in memory at a time. The
-language-model head then gives the next-token loss.
+language-model head then gives the next-token loss (`core.lm_head.cross_entropy`: the
+logits built a chunk of positions at a time, never a batch's [B, n, V]).
 
 Shapes: X [N, n, d] float32 (the whole corpus, as `hidden/{l}` of the store holds it),
 mask [N, n] (1 = real piece), input_ids [N, n].
@@ -17,8 +18,8 @@ import torch
 
 from attnscope.core.attention import layer_forward
 from attnscope.core.canonical import CanonicalModel, PredictionHead
+from attnscope.core.lm_head import cross_entropy, head_input
 from attnscope.core.store import batch_spans
-from attnscope.maps.prediction import head_logits
 
 
 def forward_from_layer(
@@ -64,16 +65,13 @@ def next_token_loss(
     lengths = mask.sum(1).cpu().numpy()
     total, count = 0.0, 0
     for first, stop, n in batch_spans(lengths, batch_size):
-        x = X_last[first:stop, :n].to(device)
-        with torch.no_grad():
-            logits = head_logits(head, weights.final_ln, x).double()
         ids = torch.from_numpy(input_ids[first:stop, :n].astype(np.int64)).to(device)
         m = mask[first:stop, :n].bool().to(device)
         predicted = m[:, :-1] & m[:, 1:]
-        nll = torch.nn.functional.cross_entropy(
-            logits[:, :-1][predicted], ids[:, 1:][predicted], reduction="sum"
-        )
-        total += float(nll)
+        with torch.no_grad():
+            h = head_input(head, weights.final_ln, X_last[first:stop, : n - 1].to(device))
+            nll = cross_entropy(head, h[predicted], ids[:, 1:][predicted])
+        total += float(nll.double().sum())
         count += int(predicted.sum())
     if count == 0:
         raise ValueError("next-token loss: no real position has a real successor")

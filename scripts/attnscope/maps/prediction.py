@@ -10,7 +10,8 @@ with the soft-cap's factor k = softcap(z) / z (z the capped logit's input), whic
 with a zero baseline gives for the scalar c tanh(z / c). Checked against the model's own
 logits: a forward pass of the loaded model (`model_logits`), or where no model is in memory
 (the layer-streamed route: `LoadedModel.reference_logits` picks) its head on the last state
-X_L (`stored_logits`). Where the logits are read: masked positions for a
+X_L (`stored_logits`), either at the attributed positions only (never a batch's [B, n, V]:
+Gemma-3's 262,144 pieces). Where the logits are read: masked positions for a
 masked LM; for a causal LM each sequence's last text piece (what follows the user's text), not
 the closing separator the layout adds (`data/corpora/layout.py`), whose next token would be the
 start of another document. Text pieces are those with a word (`word_ids` >= 0); the start,
@@ -26,10 +27,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from attnscope.architectures import architecture
-from attnscope.core.attention import through
+from attnscope.architectures import architecture, unembedding_input
 from attnscope.core.canonical import CanonicalLayerNorm, CanonicalModel, PredictionHead, cast
 from attnscope.core.checks import ResidualLog
+from attnscope.core.lm_head import head_logits
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import contrast_ids
 from attnscope.maps.layer_decomposition import layer_norm_parts, per_token
@@ -153,10 +154,12 @@ def prediction_rows(
     return pd.concat(frames, ignore_index=True)
 
 
-# The logits [B, n, V] of one batch that the attribution is checked against, from (store,
-# batch, the carried total X_L [B, n, d]): `partial(model_logits, model)` or
-# `partial(stored_logits, head, weights)`.
-ReferenceLogits = Callable[[HiddenStates, object, torch.Tensor], torch.Tensor]
+# The logits [P, V] at P positions of one batch that the attribution is checked against,
+# from (store, batch, the carried total X_L [B, n, d], rows [P], positions [P]):
+# `partial(model_logits, model)` or `partial(stored_logits, head, weights)`.
+ReferenceLogits = Callable[
+    [HiddenStates, object, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor
+]
 
 
 @dataclass
@@ -195,20 +198,10 @@ class Prediction:
         )
 
 
-def head_logits(
-    head: PredictionHead, final_ln: CanonicalLayerNorm | None, X: torch.Tensor
-) -> torch.Tensor:
-    """The language-model head's logits from the last state X_L [B, n, d].  [B, n, V]"""
-    h = through(final_ln, X)
-    if head.transform is not None:
-        h = through(head.ln, head.transform(h))
-    z = (h @ head.W_U + head.b_U) * head.multiplier
-    return z if head.softcap is None else torch.tanh(z / head.softcap) * head.softcap
-
-
-def model_logits(model, store: HiddenStates, batch, total=None) -> torch.Tensor:
-    """The model's own logits for one batch, by a forward pass with its head (a model in
-    memory; `total` unused).  [B, n, V]"""
+def model_logits(model, store: HiddenStates, batch, total, rows, positions) -> torch.Tensor:
+    """The model's own logits at the positions (rows [P], positions [P] of the batch) by a
+    forward pass with its head (a model in memory; `total` unused), the unembedding fed
+    those positions alone (`unembedding_input`): [P, V], never the batch's [B, n, V]."""
     arch = architecture(model.config.model_type)
     n, device = batch.X.shape[1], batch.X.device
     types = store.token_type_ids[batch.start : batch.stop, :n].astype(np.int64)
@@ -218,23 +211,25 @@ def model_logits(model, store: HiddenStates, batch, total=None) -> torch.Tensor:
         batch.mask,
         torch.from_numpy(types).to(device),
     )
-    with torch.no_grad():
-        return model(**inputs).logits.float()
+    with torch.no_grad(), unembedding_input(model, lambda x: x[rows, positions][:, None]):
+        return model(**inputs).logits[:, 0].float()
 
 
 def stored_logits(
-    head: PredictionHead, weights: CanonicalModel, store: HiddenStates, batch, total
-) -> torch.Tensor:
-    """The head's logits on the stored last state X_L of one batch, or on the carried total
-    X_L [B, n, d] (`total`) where the store is 16-bit, so that the check is the head's alone
-    (a model not in memory: the layer-streamed route).  [B, n, V]"""
+    head: PredictionHead, weights: CanonicalModel, store: HiddenStates, batch, total, rows,
+    positions,
+) -> torch.Tensor:  # fmt: skip
+    """The head's logits at the positions (rows [P], positions [P] of the batch) on the stored
+    last state X_L, or on the carried total X_L [B, n, d] (`total`) where the store is
+    16-bit, so that the check is the head's alone (a model not in memory: the layer-streamed
+    route).  [P, V]"""
     n = batch.X.shape[1]
     if store.exact:
         X = store.batch(weights.n_layers, batch.start, batch.stop, n, str(batch.X.device)).X
     else:
         X = total
     with torch.no_grad():
-        return head_logits(head, weights.final_ln, X).float()
+        return head_logits(head, weights.final_ln, X[rows, positions]).float()
 
 
 @dataclass
@@ -282,8 +277,7 @@ class LogitSplit:
         device = total.device
         self.rows = torch.tensor([r for r, _ in self.where], device=device)
         self.positions = torch.tensor([p for _, p in self.where], device=device)
-        logits = self.prediction.logits(self.store, self.batch, total)
-        logits = logits[self.rows, self.positions]
+        logits = self.prediction.logits(self.store, self.batch, total, self.rows, self.positions)
         columns = logits.argmax(-1, keepdim=True)
         if self.prediction.contrast is not None:
             pair = torch.tensor(self.prediction.contrast, device=logits.device)

@@ -3,28 +3,51 @@
 Per model and corpus, the largest job's working memory beside the model's weights (the whole
 model, or one layer on the layer-streamed route) and the process (torch, the libraries:
 about 0.6 GB), from config.json and the configured lengths and batch sizes. With
-B sequences per batch of n pieces, H heads, L layers, width d, budget the `memory_budget_mb`
-and float32 values (4 bytes), the terms are:
+B sequences per batch of n pieces, H heads, L layers, width d, a vocabulary of V pieces,
+budget the `memory_budget_mb` and float32 values (4 bytes), the terms are:
 
     attention  A = B H n^2 4   one layer's attention weights of a batch
     map        M = B n^2 4     one [B, n, n] map (the additive mask, one head's softmax)
+    vocabulary W = 3 min(CHUNK, P V 4)   the logits of P positions, built a chunk of at most
+                   `core.lm_head.CHUNK_BYTES` (64 MiB) at a time: the chunk, its shifted
+                   copy and their exponentials (the same under autograd: the backward
+                   rebuilds one chunk at a time)
+    budget     a query chunk of memory_budget_mb, but never more than all n queries take:
+               norms min(budget, 3 B H n^2 8) (the float64 quadratic form),
+               mixing min(budget, 4 B n^2 d 4) (`layer_decomposition.STAGE_COPIES` stages)
 
     extract_hidden_states  2 A + M + B (L + 1) n d 4   eager scores and weights, the states
     weights_stats          A + 4 M                 alpha, its mask, one head's temporaries
     weights_distances      L A + 2 M               every layer's attention of one batch
                            (distance_batch_size; on the layer-streamed route one layer's)
+    weights_gradients      (2 L + 5) A + 12 L B n d 4 + W(B n)   every layer's attention and
+                           its gradient kept for the backward, the layers' activations, the
+                           importance sums in float64, the loss (one layer on the
+                           layer-streamed route)
     norms_compute          A + 4 M + B H n d 4 + budget       alpha, f(x), the norm chunks
+    norms_sink_card        max(extract_hidden_states, W(B n))   the repeated-token control's
+                           forward, then the next-token loss of the massive-activation
+                           intervention (a causal LM)
     mixing_compute         A + 10 M + budget       alpha, the seven scope maps, the chunks
                            (the mixing family's batch_size)
-    attend_compute         2 C n d 4, C = 2 + L (H + 1)   one sequence's split, both sides
-                           (a `component_window` w > 0: C = 2 + min(L, w + 1) (H + 1))
+    attend_compute         5 C n d 4 + 3 H K n^2 4 + 16 MiB,   C = 2 + L (H + 1),  K = 7
+                           one sequence's split, its normed copy, the queries and keys of
+                           every head by component and one weighting's key difference (each
+                           [C, n, d]); the K weightings of every head [H, K, n, n]; the
+                           pass's fixed cost (a `component_window` w > 0:
+                           C = 2 + min(L, w + 1) (H + 1))
 
-Against `benchmarks/bench_length.py`'s measured peaks above the step's start (one sequence,
-SmolLM2's shape, docs/benchmarks.md): weights_stats 744 MiB at n = 4,096 against 832
-estimated, norms 1,756 against 1,937, mixing 1,400 at n = 2,048 against 1,328;
-`tests/test_memory_estimate.py` measures four jobs at a small width. The weights'
-gradients, the propagation (`memory_budget_mb` and per layer B n^2 float64 norms) and the
-views are not estimated.
+Without a language-model head (config.json's `architectures` names none) the jobs that
+touch the vocabulary have nothing to compute there: W = 0 and weights_gradients is not
+counted.
+
+Against the peaks measured above each step's start (`tests/test_memory_estimate.py`, fresh
+processes, `--allocator release`): four steps of `benchmarks/bench_length.py` at a small
+width, the vocabulary steps of `benchmarks/bench_vocabulary.py` (V up to 262,144) and the
+attend pass of `benchmarks/bench_attend.py` (SmolLM2's shape, 4 layers), each within a third.
+Not estimated: the propagation (mixing_propagate: `memory_budget_mb` and per layer B n^2
+float64 norms), the views, and the sink card's intervention states (the whole corpus's
+state at one layer, [N, n, d] float32, and its edited copies).
 """
 
 from __future__ import annotations
@@ -34,6 +57,7 @@ from dataclasses import dataclass
 
 from attnscope.architectures import architecture
 from attnscope.core.layer_selection import whole_model
+from attnscope.core.lm_head import CHUNK_BYTES
 from attnscope.pipeline.disk_estimate import corpus_readers, model_shape, readable
 from attnscope.pipeline.models import local_model_config
 from attnscope.pipeline.outputs import Family
@@ -41,6 +65,10 @@ from attnscope.pipeline.user_config import corpus_for_model
 
 FLOAT = 4  # bytes: the analyses decompose in float32
 MB = 2**20
+ATTEND_WEIGHTINGS = 7  # the attended keys and an encoder's 6 key classes (`lift.key_weights`)
+ATTEND_FIXED = 16 * MB  # the attend pass's cost at any size (its first sequence's calls)
+HEAD_ARCHITECTURES = ("ForCausalLM", "LMHeadModel", "ForMaskedLM", "ForPreTraining")
+ONE_LAYER_STREAMED = ("weights_distances", "weights_gradients")  # L = 1 layer-streamed
 
 
 @dataclass(frozen=True)
@@ -51,20 +79,46 @@ class JobMemory:
     bytes: int  # working memory beside the model's weights
 
 
-def job_bytes(
-    job: str, B: int, n: int, L: int, H: int, d: int, budget_mb: float, window: int = 0
-) -> int:
+@dataclass(frozen=True)
+class Sizes:
+    """What a job's working memory depends on: B sequences per batch of n pieces, L layers
+    (those held at once), H heads, width d, V pieces of the vocabulary (0: no LM head) and
+    the attend family's `component_window`."""
+
+    B: int
+    n: int
+    L: int
+    H: int
+    d: int
+    V: int = 0
+    window: int = 0
+
+
+def vocabulary_bytes(positions: int, V: int) -> int:
+    """The logits of `positions` positions over V pieces, a chunk at a time (module
+    docstring's W)."""
+    return 3 * min(CHUNK_BYTES, positions * V * FLOAT)
+
+
+def job_bytes(job: str, size: Sizes, budget_mb: float) -> int:
     """The working memory of one model job (the module docstring's formulas)."""
+    B, n, L, H, d = size.B, size.n, size.L, size.H, size.d
     A, M = B * H * n * n * FLOAT, B * n * n * FLOAT
     budget = int(budget_mb * MB)
-    components = 2 + (min(L, window + 1) if window else L) * (H + 1)
+    vocabulary = vocabulary_bytes(B * n, size.V)
+    extract = 2 * A + M + B * (L + 1) * n * d * FLOAT
+    components = 2 + (min(L, size.window + 1) if size.window else L) * (H + 1)
     return {
-        "extract_hidden_states": 2 * A + M + B * (L + 1) * n * d * FLOAT,
+        "extract_hidden_states": extract,
         "weights_stats": A + 4 * M,
         "weights_distances": L * A + 2 * M,
-        "norms_compute": A + 4 * M + B * H * n * d * FLOAT + budget,
-        "mixing_compute": A + 10 * M + budget,
-        "attend_compute": 2 * components * n * d * FLOAT,
+        "weights_gradients": (2 * L + 5) * A + 12 * L * B * n * d * FLOAT + vocabulary,
+        "norms_compute": A + 4 * M + B * H * n * d * FLOAT + min(budget, 6 * A),
+        "norms_sink_card": max(extract, vocabulary),
+        "mixing_compute": A + 10 * M + min(budget, 4 * M * d),
+        "attend_compute": 5 * components * n * d * FLOAT
+        + 3 * H * ATTEND_WEIGHTINGS * n * n * FLOAT
+        + ATTEND_FIXED,
     }[job]
 
 
@@ -75,8 +129,9 @@ def family_jobs(config: dict, family: str) -> dict[str, int]:
         "weights": {
             "weights_stats": batch,
             "weights_distances": settings.get("distance_batch_size", batch),
+            "weights_gradients": batch,
         },
-        "norms": {"norms_compute": batch},
+        "norms": {"norms_compute": batch, "norms_sink_card": batch},
         "mixing": {"mixing_compute": settings.get("batch_size", batch)},
         "attend": {"attend_compute": 1},
     }.get(family, {})
@@ -95,21 +150,34 @@ def estimate(config: dict, families: dict[str, Family]) -> list[JobMemory]:
             continue
         L, d = architecture(model_config["model_type"]).dimensions(model_config)
         H = model_shape(model_config, L, d).n_heads
+        V = vocabulary(model_config)
         streamed = config["loading"] == "layer-streamed"
+        window = config["analyses"]["attend"].get("component_window", 0)
         for corpus, jobs in readers.items():
             n = corpus_for_model(config, model, corpus)["max_length"]
             jobs = {"extract_hidden_states": config["batch_size"]} | jobs
             if not whole_model(config.get("layers"), L):
-                jobs.pop("weights_distances", None)  # not made for a subset of layers
+                for job in ("weights_distances", "weights_gradients"):  # every layer's
+                    jobs.pop(job, None)
+            if not V:
+                jobs.pop("weights_gradients", None)  # "not applicable": no LM head
             sizes = {}
             for job, B in jobs.items():
-                depth = 1 if streamed and job == "weights_distances" else L
-                budget = config["memory_budget_mb"]
-                window = config["analyses"]["attend"].get("component_window", 0)
-                sizes[job] = job_bytes(job, B, n, depth, H, d, budget, window)
+                depth = 1 if streamed and job in ONE_LAYER_STREAMED else L
+                shape = Sizes(B, n, depth, H, d, V, window)
+                sizes[job] = job_bytes(job, shape, config["memory_budget_mb"])
             job = max(sizes, key=sizes.get)
             largest.append(JobMemory(model, corpus, job, sizes[job]))
     return largest
+
+
+def vocabulary(model_config: dict) -> int:
+    """The vocabulary size of a model with a language-model head (config.json's
+    `architectures` names one, or names none), else 0."""
+    names = model_config.get("architectures") or []
+    if names and not any(name.endswith(HEAD_ARCHITECTURES) for name in names):
+        return 0
+    return int(model_config.get("vocab_size") or 0)
 
 
 def available_memory() -> int | None:

@@ -475,7 +475,7 @@ class LoadedModel:
             )  # fmt: skip
         from attnscope.analyses.weights.gradients import gradient_importance
 
-        return gradient_importance(self.model, store, mask_token_id, settings, log)
+        return gradient_importance(self.model, self.head, store, mask_token_id, settings, log)
 
     def prediction(self, tokenizer, contrast: list[str], setting: str = "analyses.mixing.contrast"):
         """What the prediction attribution needs (`maps.prediction.Prediction.of`): the head,

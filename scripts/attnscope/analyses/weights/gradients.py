@@ -38,7 +38,7 @@ import torch
 
 from attnscope.analyses.weights.settings import GradientSettings
 from attnscope.analyses.weights.statistics import counted_rows
-from attnscope.architectures import architecture
+from attnscope.architectures import architecture, unembedding_input
 from attnscope.core.attention import (
     attention_output,
     attention_probs,
@@ -51,10 +51,10 @@ from attnscope.core.canonical import (
     CanonicalModel,
     PredictionHead,
 )
+from attnscope.core.lm_head import head_input, sequence_losses
 from attnscope.core.store import HiddenStates, batch_spans
 from attnscope.core.tables import index_grid, indexed_table
 from attnscope.core.tokens import CATEGORY_NAMES, CLS, OTHER, PUNCT, SEP
-from attnscope.maps.prediction import head_logits
 
 CATEGORIES = {CATEGORY_NAMES[c]: c for c in (CLS, SEP, PUNCT, OTHER)}  # table order
 STATUS_OK = "ok"
@@ -107,18 +107,12 @@ def next_token_targets(input_ids: torch.Tensor, attention_mask: torch.Tensor):
     return labels, chosen
 
 
-def sequence_losses(logits: torch.Tensor, labels: torch.Tensor, chosen: torch.Tensor):
-    """Mean cross-entropy over each sequence's chosen pieces (masked, or predicting the next
-    one).  logits [B, n, V] -> [B]"""
-    ce = torch.nn.functional.cross_entropy(logits.transpose(1, 2), labels, reduction="none")
-    chosen = chosen.to(ce.dtype)
-    return (ce * chosen).sum(-1) / chosen.sum(-1).clamp_min(1)
-
-
 def attention_gradients(
-    model, input_ids, attention_mask, token_type_ids, labels, chosen
+    model, head: PredictionHead, input_ids, attention_mask, token_type_ids, labels, chosen
 ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Attention weights of every layer and dL/dalpha, L = sum of `sequence_losses`.
+    """Attention weights of every layer and dL/dalpha, L = sum of `sequence_losses` (the
+    loss from what the model's unembedding reads, by its `head`'s W_U in chunks: the model's
+    own logits are built for one position of each sequence only, `unembedding_input`).
 
     input_ids (masked), labels (original ids), chosen (masked pieces): [B, n].
     Returns two lists of n_layers tensors [B, H, n, n] (detached).
@@ -126,11 +120,12 @@ def attention_gradients(
     family = architecture(model.config.model_type)
     inputs = family.model_inputs(model, input_ids, attention_mask, token_type_ids)
     with _embedding_leaf(model), torch.enable_grad():
-        out = model(**inputs, output_attentions=True)
+        with unembedding_input(model, lambda x: x[:, :1]) as seen:
+            out = model(**inputs, output_attentions=True)
         attentions = list(out.attentions)
         for alpha in attentions:
             alpha.retain_grad()
-        sequence_losses(out.logits, labels, chosen).sum().backward()
+        sequence_losses(head, seen[0], labels, chosen).sum().backward()
     return [a.detach() for a in attentions], [a.grad for a in attentions]
 
 
@@ -211,11 +206,17 @@ def batch_tensors(arrays, start: int, stop: int, n: int, device: str) -> list[to
 
 
 def gradient_importance(
-    model, store: HiddenStates, mask_token_id: int | None, settings: GradientSettings, log=None
+    model,
+    head: PredictionHead,
+    store: HiddenStates,
+    mask_token_id: int | None,
+    settings: GradientSettings,
+    log=None,
 ) -> pd.DataFrame:
     """layer category importance attention n_sequences status, one row per layer and category,
-    by a whole-model forward and backward per batch. `mask_token_id` None: a causal LM, the
-    next-token loss (`settings.mask_rate` and `seed` unused)."""
+    by a whole-model forward and backward per batch (`head`: the model's, `prediction_head`).
+    `mask_token_id` None: a causal LM, the next-token loss (`settings.mask_rate` and `seed`
+    unused)."""
     batch_size, device = settings.batch_size, settings.device
     total = min(settings.limit or store.n_sequences, store.n_sequences)
     targets = loss_targets(store, mask_token_id, settings.mask_rate, settings.seed, total)
@@ -226,7 +227,7 @@ def gradient_importance(
              store.token_type_ids, store.category),
             start, stop, n, device,
         )  # fmt: skip
-        alphas, grads = attention_gradients(model, inputs, mask, types, labels, chosen.bool())
+        alphas, grads = attention_gradients(model, head, inputs, mask, types, labels, chosen.bool())
         for l, (alpha, grad) in enumerate(zip(alphas, grads, strict=True)):
             sums.add(l, alpha, grad, mask, category)
         if log is not None:
@@ -245,14 +246,15 @@ def layerwise_gradient_importance(
     log=None,
 ) -> pd.DataFrame:
     """The same table as `gradient_importance`, with one layer's weights in memory: dL/dX is
-    carried back layer by layer over the whole corpus.
+        carried back layer by layer over the whole corpus.
 
-    `states` holds X_0..X_L of the forward the loss sees (the inputs `targets.inputs`, e.g.
-    with [MASK]), for the first N = len(targets.inputs) sequences. First dL/dX_L of every
-    batch, from the loss on the logits of `head` after the final norm; then for l = L-1..0,
-    layer l is recomputed from the stored X_l with gradients (`attention_gradient_step`),
-    which gives dL/dalpha_l and dL/dX_l, written to `scratch` for layer l - 1 (two datasets
-    [N, L, d] float32, used in turn).
+        `states` holds X_0..X_L of the forward the loss sees (the inputs `targets.inputs`, e.g.
+        with [MASK]), for the first N = len(targets.inputs) sequences. First dL/dX_L of every
+        batch, from the loss on the logits of `head` after the final norm (built in chunks:
+    `core.lm_head.sequence_losses`); then for l = L-1..0,
+        layer l is recomputed from the stored X_l with gradients (`attention_gradient_step`),
+        which gives dL/dalpha_l and dL/dX_l, written to `scratch` for layer l - 1 (two datasets
+        [N, L, d] float32, used in turn).
     """
     total, n_layers = len(targets.inputs), weights.n_layers
     sums = ImportanceSums(n_layers, weights.causal)
@@ -264,8 +266,8 @@ def layerwise_gradient_importance(
         labels, chosen = batch_tensors((targets.labels, targets.chosen), start, stop, n, device)
         X = states.batch(n_layers, start, stop, n, device).X.requires_grad_()
         with torch.enable_grad():
-            logits = head_logits(head, weights.final_ln, X)
-            sequence_losses(logits, labels, chosen.bool()).sum().backward()
+            h = head_input(head, weights.final_ln, X)
+            sequence_losses(head, h, labels, chosen.bool()).sum().backward()
         grad[n_layers % 2][start:stop, :n] = X.grad.cpu().numpy()
     for l in reversed(range(n_layers)):
         layer = weights.layers[l]
