@@ -320,7 +320,7 @@ def test_the_atlas_card_shows_the_tables_and_follows_a_circuit_edge(tmp_path, br
         mine = found[(found["layer"] == 2) & (found["head"] == 1)]
         assert len(edges) == len(mine)
         for edge, (_, expected) in zip(edges, mine.iterrows(), strict=True):
-            assert edge[:4] == [expected.role, expected.keys, expected.side, expected.source]
+            assert edge[:4] == expected[["role", "keys", "side", "source"]].tolist()
             assert float(edge[4]) == pytest.approx(expected.lift, rel=1e-12)
             assert float(edge[5]) == pytest.approx(expected.share, rel=1e-12)
         assert p.locator("#card canvas[data-pattern='repeated']").count() == 1
