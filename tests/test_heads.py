@@ -33,17 +33,18 @@ from conftest import TINY, Opened, tiny_model
 START = 2
 
 
-def repeated_ids(batch: int, length: int, seed: int = 0) -> np.ndarray:
-    """START r r per row, r distinct random pieces of the tiny vocabulary.  [B, 1 + 2 length]"""
+def repeated_ids(batch: int, length: int, seed: int = 0, vocab: int = TINY["vocab"]):
+    """START r r per row, r distinct random pieces of the vocabulary.  [B, 1 + 2 length]"""
     rng = np.random.default_rng(seed)
-    pieces = np.arange(5, TINY["vocab"])
+    pieces = np.arange(5, vocab)
     rows = [rng.choice(pieces, size=length, replace=False) for _ in range(batch)]
     return np.array([[START, *r, *r] for r in rows], dtype=np.int32)
 
 
-def write_repeated_store(tmp_path, family: str, batch=3, length=6, head="base"):
-    """(hidden_states.h5, model) of a tiny model over a repeated corpus."""
-    ids = repeated_ids(batch, length)
+def write_repeated_store(tmp_path, family: str, batch=3, length=6, head="base", model=None):
+    """(hidden_states.h5, model) of a tiny model (or `model`) over a repeated corpus."""
+    vocab = TINY["vocab"] if model is None else model.config.vocab_size
+    ids = repeated_ids(batch, length, vocab=vocab)
     category = np.full(ids.shape, OTHER, dtype=np.int8)
     category[:, 0] = CLS
     encoded = tmp_path / f"{family}-repeated.h5"
@@ -54,7 +55,7 @@ def write_repeated_store(tmp_path, family: str, batch=3, length=6, head="base"):
         f["category"] = category
         f["word_ids"] = np.tile(np.arange(-1, 2 * length, dtype=np.int32), (batch, 1))
         f.create_dataset("meta", data=["{}"] * batch, dtype=h5py.string_dtype())
-    model = tiny_model(family, head=head)
+    model = tiny_model(family, head=head) if model is None else model
     store = tmp_path / f"{family}-repeated-states.h5"
     extract(model, encoded, store, ExtractSettings(batch_size=2))
     return store, model
@@ -109,6 +110,53 @@ def test_scores_of_hand_made_patterns():
     # head 0: of its 2m previous-token rows only row 1 (on START, its previous piece) counts
     assert table.loc[1, "previous_token"] == pytest.approx(1 / (2 * m))
     assert (table["n_queries"] == m).all()
+
+
+def induction_circuit_model():
+    """A two-layer GPT-2 of two heads per layer with hand-set weights and no FF block: layer
+    1 head 1 attends to the previous piece (query: the position; key: the position + 1) and
+    copies its piece's embedding into a subspace of its own (dims 32..47); layer 2 head 1 is
+    an induction head: its query reads the piece, its key that subspace, so it attends to the
+    piece after an earlier occurrence of the query's piece. Every other head has zero weights
+    (uniform attention, nothing written). Pieces: dims 0..15; positions: dims 16..31."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    V, d, beta = 16, 64, 10.0
+    config = GPT2Config(vocab_size=V, n_positions=16, n_embd=d, n_layer=2, n_head=2,
+                        resid_pdrop=0, embd_pdrop=0, attn_pdrop=0)  # fmt: skip
+    model = GPT2LMHeadModel(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()
+        for name, p in model.named_parameters():
+            if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
+                p.fill_(1.0)
+        model.transformer.wte.weight[:, :V] = torch.eye(V)
+        model.transformer.wpe.weight[:, V : 2 * V] = torch.eye(16)
+        first, second = (block.attn for block in model.transformer.h)
+        for p in range(15):  # query: position p; key: position p + 1
+            first.c_attn.weight[V + p, p] = beta
+            first.c_attn.weight[V + p, d + p + 1] = 1.0
+        for t in range(V):
+            first.c_attn.weight[t, 2 * d + t] = 1.0  # value: the piece
+            first.c_proj.weight[t, 2 * V + t] = 1.0  # written to dims 32..47
+            second.c_attn.weight[t, t] = beta  # query: the piece
+            second.c_attn.weight[2 * V + t, d + t] = 1.0  # key: the previous piece's copy
+    model.config._attn_implementation = "eager"
+    return model.eval()
+
+
+def test_the_atlas_labels_the_previous_token_and_the_induction_head_alone(tmp_path):
+    """On the hand-set induction circuit the role table gives exactly two heads a role:
+    previous_token to layer 1 head 1, induction to layer 2 head 1, none elsewhere."""
+    store_path, model = write_repeated_store(
+        tmp_path, "gpt2", length=6, model=induction_circuit_model()
+    )
+    with HiddenStates(store_path) as store:
+        scores = role_scores(store, canonical_weights(model), 2)
+    roles, _ = head_roles([1, 2], 2, {"role_scores": scores}, {})
+    assert roles["roles"].tolist() == ["previous_token", "none", "induction", "none"]
+    assert scores["previous_token"].iloc[0] > 0.99 and scores["induction"].iloc[2] > 0.99
 
 
 # ---------------------------------------------------------------- against transformers
