@@ -301,6 +301,11 @@ def test_circuits_keep_the_large_shares_and_a_rest_that_completes_them():
     assert set(found["role"]) == {"induction"} and set(found["keys"]) == {"induction"}
     # the previous-token head has no rows in the groups: no circuit rows
     assert not ((found["layer"] == 1) & (found["head"] == 1)).any()
+    # kind head rows that carry the non-head blocks as well: the same circuits
+    groups = constructed_groups()
+    blocks = groups[(groups["kind"] == "block") & ~groups["group"].str.endswith(".attn")]
+    both = pd.concat([groups, blocks.assign(kind="head")], ignore_index=True)
+    pd.testing.assert_frame_equal(circuits(roles, both, min_share=0.1), found)
 
 
 # ---------------------------------------------------------------- the page

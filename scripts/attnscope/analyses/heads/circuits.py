@@ -24,9 +24,15 @@ REST = "rest"
 
 def finest_partition(groups: pd.DataFrame) -> pd.DataFrame:
     """The rows of groups.tsv that split a class's lift head by head: kind head, and kind
-    block except the layers' attention blocks (`L{l}.attn`)."""
+    block except the layers' attention blocks (`L{l}.attn`) and the blocks that kind head
+    already lists (where its rows carry the non-head blocks too)."""
     heads = groups["kind"] == "head"
-    blocks = (groups["kind"] == "block") & ~groups["group"].str.endswith(".attn")
+    listed = set(groups.loc[heads, "group"])
+    blocks = (
+        (groups["kind"] == "block")
+        & ~groups["group"].str.endswith(".attn")
+        & ~groups["group"].isin(listed)
+    )
     return groups[heads | blocks]
 
 
