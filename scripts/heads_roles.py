@@ -41,6 +41,9 @@ write_table(found, output.circuits)
 patterns = json.loads(open(job.input.patterns, encoding="utf-8").read())
 loss = read("in_context_loss")
 edges = None if is_not_applicable(found) else found
-data = atlas_data(job.wildcards.model, roles, rules, edges, patterns, loss, job.params.links)
+grouped = None if edges is None else groups
+data = atlas_data(
+    job.wildcards.model, roles, rules, edges, patterns, loss, job.params.links, grouped
+)
 write_text(render(data, f"Head roles: {job.wildcards.model}"), output.atlas)
 log.info("wrote the head roles and atlas of %s", job.wildcards.model)

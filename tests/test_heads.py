@@ -344,7 +344,8 @@ def test_the_atlas_card_shows_the_tables_and_follows_a_circuit_edge(tmp_path, br
     roles, rules, found, patterns, loss = atlas_inputs(tmp_path)
     links = [("views", "../../texts/views/index.html")]
     page = tmp_path / "atlas.html"
-    page.write_text(render(atlas_data("tiny", roles, rules, found, patterns, loss, links), "t"))
+    data = atlas_data("tiny", roles, rules, found, patterns, loss, links, constructed_groups())
+    page.write_text(render(data, "t"))
     opened = Opened(browser, page)
     try:
         p = opened.page
@@ -376,6 +377,13 @@ def test_the_atlas_card_shows_the_tables_and_follows_a_circuit_edge(tmp_path, br
             assert edge[:4] == expected[["role", "keys", "side", "source"]].tolist()
             assert float(edge[4]) == pytest.approx(expected.lift, rel=1e-12)
             assert float(edge[5]) == pytest.approx(expected.share, rel=1e-12)
+        blocks = p.eval_on_selector_all(
+            "#card tr.block",
+            "rows => rows.map(r => [...r.children].map(c => c.dataset.value || c.textContent))",
+        )
+        expected = constructed_groups().query("kind == 'block'")
+        assert [b[:3] for b in blocks] == expected[["keys", "side", "group"]].values.tolist()
+        assert [float(b[3]) for b in blocks] == pytest.approx(expected["lift"].tolist())
         assert p.locator("#card canvas[data-pattern='repeated']").count() == 1
         p.click("#card a.upstream[data-layer='1'][data-head='1']")
         p.wait_for_selector("#card[data-layer='1'][data-head='1']")

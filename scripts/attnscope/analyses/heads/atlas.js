@@ -154,6 +154,21 @@
       });
       card.appendChild(t);
     }
+    const blocks = data.groups.filter((g) => g.layer === l && g.head === h);
+    if (blocks.length) {
+      card.appendChild(el("h3", {}, "Its role keys' lift by block and direction"));
+      const t = el("table", { class: "blocks" });
+      t.appendChild(el("tr")).append(el("th", {}, "keys"), el("th", {}, "side"),
+        el("th", {}, "group"), el("th", {}, "lift"), el("th", {}, "share"));
+      blocks.forEach((g) => {
+        const tr = el("tr", { class: "block" });
+        tr.append(el("td", {}, g.keys), el("td", {}, g.side), el("td", {}, g.group),
+          el("td", { class: "lift", "data-value": String(g.lift) }, fmt(g.lift)),
+          el("td", { class: "share", "data-value": String(g.share) }, fmt(g.share)));
+        t.appendChild(tr);
+      });
+      card.appendChild(t);
+    }
     card.appendChild(el("h3", {}, "Attention patterns"));
     card.appendChild(drawPattern("natural", l, h));
     card.appendChild(drawPattern("repeated", l, h));

@@ -43,14 +43,21 @@ def atlas_data(
     patterns: dict,
     loss: pd.DataFrame | None,
     links: list[tuple[str, str]],
+    groups: pd.DataFrame | None = None,
 ) -> dict:
-    """What the page draws: the tables as records, the patterns, the links (label, href)."""
+    """What the page draws: the tables as records, the patterns, the links (label, href), and
+    the attend family's grouping (groups.tsv) by block and by direction of the heads that
+    have circuit rows."""
+    if groups is not None and circuits is not None:
+        chosen = circuits[["layer", "head", "keys"]].drop_duplicates()
+        groups = groups[groups["kind"].isin(("block", "direction"))].merge(chosen)
     return {
         "model": model,
         "roles": ROLE_NAMES,
         "heads": _records(roles),
         "rules": _records(rules),
         "circuits": _records(circuits),
+        "groups": _records(groups),
         "patterns": patterns,
         "loss": _records(loss),
         "links": [{"label": label, "href": href} for label, href in links],
