@@ -63,6 +63,8 @@ localrules:
     probing,
     views,
     attend,
+    heads,
+    heads_overview,
 
 
 onstart:

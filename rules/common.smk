@@ -254,21 +254,35 @@ def position_encoded(wildcards):
 
 def needed_tables(family_name):
     """Input function: {<family>_<stem>: path} of the other families' tables that the jobs
-    of `family_name` read for this model and corpus (`Family.needs`); a clear error when
-    that family is switched off or does not read the corpus."""
+    of `family_name` read for this model and corpus (`Family.needs`; a need's `corpus` names
+    another corpus); a clear error when that family is switched off or does not read the
+    corpus, unless the need is optional (then the table is left out)."""
 
     def tables(wildcards):
         found = {}
+        own = config["analyses"][family_name]
+        every_layer = LAYERS[wildcards.model] == "all"
         for need in FAMILIES[family_name].needs:
-            files = need.tables(config["analyses"][family_name])
-            if files and wildcards.corpus not in family_corpora(need.family):
+            other = FAMILIES[need.family]
+            files = need.tables(own)
+            corpus = wildcards.corpus
+            if need.corpus is not None:
+                corpus = need.corpus(own, config["analyses"][need.family])
+            if files and corpus not in family_corpora(need.family):
+                if need.optional:
+                    continue
                 raise ValueError(
                     f"analyses.{family_name} reads the {need.family} family's "
                     f"{', '.join(files)} (its settings ask for it), but the {need.family} "
-                    f"family is not enabled for corpus {wildcards.corpus!r}"
+                    f"family is not enabled for corpus {corpus!r}"
                 )
             for file in files:
-                path = FAMILIES[need.family].table(file).format(**wildcards)
+                made = file in other.tables.get("corpus", ()) and (
+                    every_layer or file not in other.every_layer
+                )
+                if need.optional and not made:
+                    continue
+                path = other.table(file).format(model=wildcards.model, corpus=corpus)
                 found[f"{need.family}_{file.split('.')[0]}"] = path
         return found
 
@@ -288,3 +302,36 @@ def needed_settings(family_name):
 def view_sequences(wildcards):
     """The sequences (0-based) whose views a corpus gets; None: its first max_pages."""
     return config["analyses"]["views"]["sequences"].get(wildcards.corpus)
+
+
+# The heads family (rules/heads.smk).
+
+
+def heads_natural_states(wildcards):
+    """The hidden states of the heads family's tables_corpus: the atlas's natural pattern."""
+    corpus = config["analyses"]["heads"]["tables_corpus"]
+    return f"results/{wildcards.model}/{corpus}/hidden_states.h5"
+
+
+def heads_links(wildcards):
+    """(label, href) of the model's other pages, relative to its atlas: its views' index
+    pages and the heads figure."""
+    up = "../.."
+    links = [("role grid (figure)", "figures/role_grid.svg")]
+    views = config["analyses"]["views"]
+    if views["enabled"] and LAYERS[wildcards.model] == "all":
+        links += [
+            (f"views: {corpus}", f"{up}/{corpus}/views/index.html")
+            for corpus in views["corpora"]
+        ]
+    links.append(("overview of every model", f"{up}/../heads_overview.html"))
+    return links
+
+
+def heads_model_tables(file):
+    """One table of the heads family per model (its corpus), for the overview."""
+    corpus = config["analyses"]["heads"]["corpus"]
+    return [
+        FAMILIES["heads"].table(file).format(model=model, corpus=corpus)
+        for model in MODELS
+    ]

@@ -318,3 +318,23 @@ def test_a_wheel_installs_a_package_that_works_in_a_fresh_venv(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     where, size = done.stdout.split()[-2:]
     assert Path(where).is_relative_to(site) and int(size) > 10_000
+
+
+def test_atlas_returns_the_role_table_of_the_direct_computation(decoder):
+    """The role table's repeat scores are the heads family's on the same sequences; Clark's
+    roles are judged from the texts, the other families' roles are not judged here; a causal
+    LM's in-context loss is on the repeated pieces; the page shows inline."""
+    found = attnscope.atlas(decoder, length=6, n_sequences=3, seed=1)
+    L, H = decoder.weights.n_layers, decoder.weights.n_heads
+    assert len(found.roles) == L * H
+    assert found.roles[["induction", "duplicate", "previous_token"]].notna().all().all()
+    assert found.roles["prev"].between(0, 1).all()
+    status = found.rules.set_index("role")["status"]
+    assert status["induction"] == status["prev"] == "judged"
+    assert status["sink"].startswith("not judged")
+    assert found.loss["n_predictions"].iloc[0] == 3 * 5
+    assert found._repr_html_().startswith("<iframe srcdoc=")
+    with pytest.raises(ValueError, match="thresholds names role 'inductio'"):
+        attnscope.atlas(decoder, length=6, thresholds={"inductio": 0.2})
+    with pytest.raises(ValueError, match="more than the"):
+        attnscope.atlas(decoder, length=10**6)

@@ -157,3 +157,21 @@ def test_a_list_naming_every_layer_is_the_whole_model():
         check_every_layer(config, families(), {"a": 3, "b": 4})
     with pytest.raises(ConfigError, match="needs every layer"):
         check_every_layer(config, families(), {"a": None})  # depth unknown: a subset
+
+
+def test_a_repeated_random_corpus_is_checked_before_any_job():
+    from attnscope.pipeline.config_checks import check_repeated, check_repeated_model
+
+    fine = {"kind": "repeated_random", "length": 50, "n_sequences": 8, "max_length": 128}
+    check_repeated("rep", fine)
+    with pytest.raises(ConfigError, match=r"corpora\.rep\.length is 70: .* 141 pieces, more"):
+        check_repeated("rep", fine | {"length": 70})
+    with pytest.raises(ConfigError, match=r"corpora\.rep\.n_sequences must be at least 1"):
+        check_repeated("rep", fine | {"n_sequences": 0})
+    with pytest.raises(ConfigError, match=r"corpora\.wiki\.seed is read only by kind repeated"):
+        check_repeated("wiki", {"kind": "wiki", "seed": 3})
+    config = default_config()
+    config["corpora"]["rep"] = fine | {"length": 300, "max_length": 1024}
+    with pytest.raises(ConfigError, match=r"corpora\.rep\.length is 300: .* at most 512 posi"):
+        check_repeated_model(config, "minilm-l6", None, 512)
+    check_repeated_model(config, "minilm-l6", None, 1024)

@@ -593,3 +593,44 @@ def test_wikitexts_unk_is_text_for_every_tokenizer(unk_special, minilm):
     bert = unk_pieces(encode_corpus("wiki", data("wiki"), minilm, settings))
     own = minilm(" <unk>", add_special_tokens=False)["input_ids"]
     assert bert and all(pieces == own for pieces in bert)
+
+
+def test_repeated_random_is_start_r_r_of_distinct_ordinary_pieces(minilm, bpe):
+    """START r r; r: `length` distinct pieces, none special, added or bracketed ([unused0]);
+    the same seed draws the same corpus, another seed another one."""
+    from attnscope.data.corpora.repeated_random import ordinary_ids
+
+    settings = {"length": 20, "n_sequences": 3, "seed": 7}
+    corpus = encode_corpus("repeated_random", [], minilm, settings)
+    start, _ = special_ids(minilm)
+    ordinary = set(ordinary_ids(minilm).tolist())
+    vocab = {i: p for p, i in minilm.get_vocab().items()}
+    assert corpus.input_ids.shape == (3, 41) and corpus.attention_mask.all()
+    for i in range(3):
+        ids = corpus.input_ids[i].tolist()
+        first, second = ids[1:21], ids[21:]
+        assert ids[0] == start and first == second and len(set(first)) == 20
+        assert set(first) <= ordinary
+        assert not any(vocab[p].startswith("[") for p in first)
+        assert corpus.meta[i] == {"length": 20, "second": 21}
+        assert corpus.word_ids[i].tolist() == [-1, *range(40)]
+    assert not set(minilm.all_special_ids) & ordinary
+    assert not any(vocab[i].startswith("[unused") for i in ordinary)
+    again = encode_corpus("repeated_random", [], minilm, settings)
+    other = encode_corpus("repeated_random", [], minilm, settings | {"seed": 8})
+    assert (again.input_ids == corpus.input_ids).all()
+    assert (other.input_ids != corpus.input_ids).any()
+    assert (corpus.category[:, 0] == CLS).all() and (corpus.category[:, 1:] != SEP).all()
+    # GPT-2's layout: <|endoftext|> first, never drawn
+    small = encode_corpus("repeated_random", [], bpe, {"length": 5, "n_sequences": 2})
+    assert (small.input_ids[:, 0] == bpe.eos_token_id).all()
+    assert (small.input_ids[:, 1:] != bpe.eos_token_id).all()
+
+
+def test_repeated_random_refuses_a_tokenizer_with_too_few_pieces(bpe):
+    from attnscope.data.corpora.repeated_random import ordinary_ids
+
+    n = len(ordinary_ids(bpe))
+    settings = {"length": n + 1, "n_sequences": 1, "max_length": 2 * n + 8}
+    with pytest.raises(ValueError, match=f"length {n + 1} needs {n + 1} distinct ordinary"):
+        encode_corpus("repeated_random", [], bpe, settings)

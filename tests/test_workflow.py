@@ -69,6 +69,7 @@ def small_config(models: dict, n: int = 4) -> dict:
             "gap": {"kind": "gap", "n_sequences": n, "max_length": 128},
             "wiki_masked": {"kind": "wiki", "n_sequences": 2, "max_length": 32, "mask_rate": 0.12},
             "texts": {"kind": "texts", "texts": ["The cat sat on the mat.", ["A cat.", "A dog."]]},
+            "repeated": {"kind": "repeated_random", "length": 6, "n_sequences": 3},
         },
         "analyses": {
             "weights": {"corpora": ["wiki"]},
@@ -122,6 +123,7 @@ def test_tiny_workflow_runs_every_rule(tiny_run):
         "not applicable: learned position embeddings (no rotary bands)"
     ]
     check_depth_outputs(mixing, n_layers=2, causal=False)
+    check_heads_outputs(workdir, "tiny", n_heads=4, causal=False)
     attend = check_attend_outputs(workdir / "results/tiny/wiki/attend", n_heads=4)
     first = attend["lift"][attend["lift"]["layer"] == 1]
     assert set(first["query"]) | set(first["key"]) <= {
@@ -159,6 +161,25 @@ def test_tiny_workflow_runs_every_rule(tiny_run):
             want = rows[rows.source >= 0].contribution.to_numpy()
             got = arrays["prediction/logit"][at]
             np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * np.abs(want).max())
+
+
+def check_heads_outputs(workdir: Path, model: str, n_heads: int, causal: bool) -> None:
+    """The heads family: a role row per head with the repeat scores and Clark's, probing's
+    and the sinks' roles judged, circuits "not applicable" until the attend family writes
+    groups.tsv, the in-context loss of a causal LM, the atlas and the run's overview."""
+    heads = workdir / "results" / model / "repeated/heads"
+    roles = pd.read_csv(heads / "head_roles.tsv", sep="\t")
+    assert len(roles) == 2 * n_heads and roles["roles"].notna().all()
+    assert roles[["induction", "duplicate", "previous_token", "prev"]].stack().between(0, 1).all()
+    rules = pd.read_csv(heads / "role_rules.tsv", sep="\t").set_index("role")["status"]
+    assert rules["induction"] == rules["sink"] == rules["syntax"] == "judged"
+    loss = pd.read_csv(heads / "in_context_loss.tsv", sep="\t")
+    if causal:
+        assert loss["loss_first"].notna().all() and loss["n_predictions"].iloc[0] == 3 * 5
+    else:
+        assert loss["status"].iloc[0].startswith("not applicable")
+    assert (heads / "atlas.html").stat().st_size > 0
+    assert model in (workdir / "results/heads_overview.html").read_text()
 
 
 def check_attend_outputs(folder: Path, n_heads: int) -> dict[str, pd.DataFrame]:
@@ -305,6 +326,7 @@ def test_decoders_run_every_rule(decoder_run):
         else:
             assert intervention["variant"].tolist() == ["unmodified", "zeroed", "mean"]
         assert (norms / "figures/sink_card.png").stat().st_size > 1000
+        check_heads_outputs(workdir, model, n_heads=4, causal=True)
         # the attend family: the rotary bands sum to each head's total lift
         attend = check_attend_outputs(results / "wiki/attend", n_heads=4)
         assert set(attend["key_classes"]["keys"]) == {"first", "previous", "self"}

@@ -10,13 +10,14 @@ in a notebook (`attnscope.api`):
     attnscope.norms(model, "The cat sat.").summed     # [L, n, n]
     attnscope.head_statistics(model, ["The cat sat.", "A dog ran."])
     attnscope.attend(model, "The cat sat.", layer=3, head=5).terms   # [n, n, C, C]
+    attnscope.atlas(model).roles                      # head roles; the atlas page inline
 
 The API is imported on first use, so that `import attnscope.core...` in a rule stays light.
 """
 
 __version__ = "0.1.0"
 
-API = ("load", "view", "decompose", "norms", "head_statistics", "states", "attend")
+API = ("load", "view", "decompose", "norms", "head_statistics", "states", "attend", "atlas")
 __all__ = [*API, "__version__"]
 
 

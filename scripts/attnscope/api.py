@@ -170,6 +170,13 @@ def states(
                 f"text {item} is {n} pieces (special tokens included), more than {what}; "
                 "shorten or split it (a text is never truncated)"
             )
+    with _stored(model, corpus) as opened:
+        yield opened
+
+
+@contextmanager
+def _stored(model: Model, corpus) -> Iterator[HiddenStates]:
+    """The hidden states of an encoded corpus in a temporary store; removed on exit."""
     with tempfile.TemporaryDirectory(prefix="attnscope-") as folder:
         encoded, store = Path(folder) / "encoded.h5", Path(folder) / "hidden_states.h5"
         write_encoded(encoded, corpus)
@@ -456,7 +463,81 @@ def head_statistics(
         return attention_statistics(store, model.weights, batch_size, model.device)
 
 
+@dataclass
+class Atlas:
+    """Head roles of one model (the heads family on a few sequences): `roles`, the role table
+    (head_roles.tsv: every score, the roles each head earns, what it could not judge),
+    `rules` (role_rules.tsv), `loss` (in_context_loss.tsv) and `html`, the atlas page; in
+    Jupyter the page shows inline."""
+
+    roles: pd.DataFrame
+    rules: pd.DataFrame
+    loss: pd.DataFrame
+    html: str
+
+    def save(self, path: str | Path) -> Path:
+        Path(path).write_text(self.html, encoding="utf-8")
+        return Path(path)
+
+    def _repr_html_(self) -> str:
+        return View(self.html)._repr_html_()
+
+
+def atlas(
+    model: Model | str | Path,
+    texts: list | None = None,
+    length: int = 50,
+    n_sequences: int = 8,
+    seed: int = 0,
+    thresholds: dict | None = None,
+) -> Atlas:
+    """What each head does: the induction, duplicate-token and previous-token scores on
+    `n_sequences` repeated sequences START r r (r: `length` random pieces drawn with `seed`),
+    the in-context loss (a causal LM), and Clark's roles from `texts` (default: one sentence;
+    its first pieces are the cards' natural pattern), judged with `thresholds` ({role: value}
+    in place of the defaults). The roles of the other families' tables (sinks, syntax,
+    coreference, rotary) are not judged here: run the workflow for them."""
+    from attnscope.analyses.heads.atlas import atlas_data, render
+    from attnscope.analyses.heads.patterns import natural_pattern, repeated_pattern
+    from attnscope.analyses.heads.repeat_scores import in_context_loss, role_scores
+    from attnscope.analyses.heads.roles import head_roles, threshold_problems
+    from attnscope.core.tables import not_applicable
+    from attnscope.maps.prediction import head_logits
+
+    model = _loaded(model)
+    problems = threshold_problems(thresholds or {})
+    if problems:
+        raise ValueError("; ".join(problems))
+    if 1 + 2 * length > model.max_positions:
+        raise ValueError(
+            f"length {length}: START r r has {1 + 2 * length} pieces, more than the "
+            f"{model.max_positions} positions the model in {model.path} takes"
+        )
+    settings = {"length": length, "n_sequences": n_sequences, "seed": seed,
+                "max_length": 1 + 2 * length}  # fmt: skip
+    corpus = encode_corpus("repeated_random", [], model.tokenizer, settings)
+    with _stored(model, corpus) as store:
+        scores = role_scores(store, model.weights, 8, model.device)
+        if model.lm_head == "causal":
+            head, final_ln = prediction_head(model.module), model.weights.final_ln
+            loss = in_context_loss(store, lambda X: head_logits(head, final_ln, X), 8)
+        else:
+            loss = not_applicable("no causal language-model head (next-piece loss)")
+        repeated = repeated_pattern(store, model.weights, 16, model.tokens)
+    with states(model, texts or ["The cat sat on the mat, and the dog lay on the rug."]) as store:
+        heads, _ = attention_statistics(store, model.weights, 8, model.device)
+        natural = natural_pattern(store, model.weights, 16, model.tokens)
+    tables = {"role_scores": scores, "weights_heads": heads}
+    layers = list(range(1, model.weights.n_layers + 1))
+    roles, rules = head_roles(layers, model.weights.n_heads, tables, thresholds or {})
+    patterns = {"natural": natural, "repeated": repeated}
+    data = atlas_data(str(model.path), roles, rules, None, patterns, loss, [])
+    return Atlas(roles, rules, loss, render(data, f"Head roles: {model.path.name}"))
+
+
 __all__ = [
+    "Atlas",
+    "atlas",
     "Attend",
     "Decomposition",
     "Model",

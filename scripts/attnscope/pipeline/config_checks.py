@@ -106,6 +106,7 @@ def check_config(config: dict, families: dict[str, Family]) -> None:
     for name, settings in corpora.items():
         check_own_settings(name, settings)
         check_texts(name, settings)
+        check_repeated(name, settings)
     check_model_corpora(config)
     for name, family in families.items():
         settings = config["analyses"][name]
@@ -208,6 +209,60 @@ def check_texts(name: str, settings: dict) -> None:
             )
 
 
+def check_repeated(name: str, settings: dict) -> None:
+    """A repeated_random corpus has sequences to draw (n_sequences >= 1) that fit max_length
+    (1 + 2 length pieces); `seed` is read by that kind only."""
+    if settings["kind"] != "repeated_random":
+        if "seed" in settings:
+            raise ConfigError(
+                f"config: corpora.{name}.seed is read only by kind repeated_random, not by kind "
+                f"{settings['kind']}"
+            )
+        return
+    if not settings.get("n_sequences"):
+        raise ConfigError(
+            f"config: corpora.{name}.n_sequences must be at least 1 for kind repeated_random "
+            "(the sequences drawn; 0 would be endless)"
+        )
+    pieces = 1 + 2 * settings["length"]
+    if pieces > settings["max_length"]:
+        raise ConfigError(
+            f"config: corpora.{name}.length is {settings['length']}: its sequences START r r "
+            f"have {pieces} pieces, more than max_length {settings['max_length']}; lower "
+            f"length to at most {(settings['max_length'] - 1) // 2} or raise max_length"
+        )
+
+
+def check_repeated_model(config: dict, model: str, folder, limit: int) -> None:
+    """Each repeated_random corpus fits model `model`'s context (`limit` positions) and its
+    tokenizer (in `folder`; None: a GGUF still to dequantise, checked when it is encoded) has
+    `length` ordinary pieces to draw from."""
+    for corpus in config["corpora"]:
+        settings = corpus_for_model(config, model, corpus)
+        if settings["kind"] != "repeated_random":
+            continue
+        length = settings["length"]
+        if 1 + 2 * length > limit:
+            raise ConfigError(
+                f"config: corpora.{corpus}.length is {length}: START r r has {1 + 2 * length} "
+                f"pieces, but model {model!r} takes at most {limit} positions; lower length to "
+                f"at most {(limit - 1) // 2}"
+            )
+        if folder is None:
+            continue
+        from transformers import AutoTokenizer
+
+        from attnscope.data.corpora.repeated_random import ordinary_ids
+
+        found = len(ordinary_ids(AutoTokenizer.from_pretrained(folder)))
+        if found < length:
+            raise ConfigError(
+                f"config: corpora.{corpus}.length is {length}, but the tokenizer of model "
+                f"{model!r} has {found} ordinary pieces (no special, added or bracketed ones) "
+                f"to draw {length} distinct ones from; lower length to at most {found}"
+            )
+
+
 def check_model_corpora(config: dict) -> None:
     """Each model's `corpora:` block names defined corpora, and the settings it gives are
     consistent with the corpus's kind (a texts corpus takes every text)."""
@@ -218,10 +273,9 @@ def check_model_corpora(config: dict) -> None:
                     f"config: models.{model}.corpora names corpus {corpus!r}, which is not "
                     f"defined under corpora: (defined: {', '.join(config['corpora'])})"
                 )
-            check_texts(
-                f"{corpus} (as models.{model}.corpora sets it)",
-                corpus_for_model(config, model, corpus),
-            )
+            settings = corpus_for_model(config, model, corpus)
+            check_texts(f"{corpus} (as models.{model}.corpora sets it)", settings)
+            check_repeated(f"{corpus} (as models.{model}.corpora sets it)", settings)
 
 
 def check_view_sequences(config: dict) -> None:
@@ -294,6 +348,7 @@ def check_models(config: dict, used_corpora: list[str] = ()) -> None:
             )
         check_position_heads(config, name, layers, n_layers, family.n_heads(model_config))
         limit = family.max_positions(model_config)
+        check_repeated_model(config, name, folder, limit)
         for corpus in config["corpora"]:
             length = corpus_for_model(config, name, corpus)["max_length"]
             if length > limit:

@@ -57,12 +57,20 @@ class Needs:
               mixing's max_rel_residual)
     tables    own settings -> the other family's corpus tables the jobs read, for the same
               model and corpus (probing reads mixing's maps.h5 when its sources name scopes)
+    corpus    (own settings, the other family's settings) -> the corpus whose tables are read,
+              in place of the job's own (heads reads weights' tables of its tables_corpus)
+    optional  True: a table the run does not make (the other family switched off or not
+              reading that corpus, a table that needs every layer under a subset of `layers:`,
+              a table the other family does not declare) is left out of the inputs, and the
+              job says what it could not judge; False: the run is refused before any job
     """
 
     family: str
     settings: tuple[str, ...] = ()
     bounds: tuple[str, ...] = ()
     tables: Callable[[dict], tuple[str, ...]] = lambda settings: ()
+    corpus: Callable[[dict, dict], str] | None = None
+    optional: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,8 @@ class Family:
               the disk estimate; None: the family has no layer shards
     shard_maps  files of `map_bytes` that the layer shards write, each its layers' share
               (`{shard}.h5`), until the gathering job has copied them into the one file
+    run_pages  pages over every model of a run (results/<family>_<name>.html: the heads
+              family's overview), made when the family is enabled
     """
 
     name: str
@@ -120,6 +130,7 @@ class Family:
     every_layer: tuple[str, ...] = ()
     part_bytes: Callable[[dict, ModelShape, int, int], int] | None = None
     shard_maps: tuple[str, ...] = ()
+    run_pages: tuple[str, ...] = ()
 
     def folder_path(self, scope: str = "corpus") -> str:
         """Path pattern (wildcards model, corpus) of the family's folder of one scope."""
@@ -162,6 +173,8 @@ class Family:
         out = {scope: [self.table(f, scope) for f in files] for scope, files in self.tables.items()}
         for figure in self.figures:
             out.setdefault(figure.scope, []).extend(figure_paths(self, figure))
+        if self.run_pages:
+            out.setdefault("all", []).extend(self.run_pages)
         return out
 
     def targets(self, settings: dict, models: list[str], every_layer: bool = True) -> list[str]:

@@ -20,10 +20,11 @@ replaced by the mask token (numpy default_rng(mask_seed), sequences in order); e
 meta then holds "masked" (positions) and "masked_ids" (the original ids, e.g. MLM labels).
 
 Each kind's reading and decisions are in the module named like it (wiki, wiki_windows, ewt,
-gap, clark, texts; wiki512 is wiki_windows under the name older configs use); `layout` holds
-what they share. Adding a kind: a module here with `read(files, pieces, settings)`, its entry
-in `KINDS`, and its block in config/schema.yaml (the `kind` enum) and in the Corpora table of
-docs/configuration.md (tests/test_corpora.py and tests/test_docs.py check them).
+gap, clark, texts, repeated_random; wiki512 is wiki_windows under the name older configs
+use); `layout` holds what they share. Adding a kind: a module here with
+`read(files, pieces, settings)`, its entry in `KINDS`, and its block in config/schema.yaml
+(the `kind` enum) and in the Corpora table of docs/configuration.md (tests/test_corpora.py
+and tests/test_docs.py check them).
 
 This module stays light (the workflow reads `KINDS` when it parses the Snakefile, without
 numpy): readers and the layout engine are imported when a corpus is built.
@@ -105,6 +106,7 @@ KINDS = {
         ),
         CorpusKind("clark", own_setting="path", own_setting_is_file=True),
         CorpusKind("texts", own_setting="texts"),
+        CorpusKind("repeated_random", own_setting="length"),
     )
 }
 

@@ -1,0 +1,45 @@
+"""The heads family's pass over the repeated corpus: induction, duplicate-token and
+previous-token scores per head, the in-context loss (a causal LM), and the atlas cards'
+small attention patterns on it and on the natural corpus."""
+
+import json
+
+from attnscope.analyses.heads.patterns import natural_pattern, repeated_pattern
+from attnscope.analyses.heads.repeat_scores import in_context_loss, role_scores
+from attnscope.analyses.heads.settings import HeadsSettings
+from attnscope.core.files import write_table, write_text
+from attnscope.core.store import HiddenStates
+from attnscope.core.tables import layer_rows, not_applicable
+from attnscope.core.tokens import piece_labels
+from attnscope.maps.prediction import head_logits
+from attnscope.pipeline.job import Job
+
+job = Job(snakemake)
+log, settings, output = job.log, job.settings(HeadsSettings), job.output
+causal = job.manifest["lm_head"] == "causal"
+loaded = job.model(with_head=causal)
+tokenizer = job.tokenizer()
+
+
+def labels(ids):
+    return piece_labels(tokenizer, ids)
+
+
+with HiddenStates(job.input.hidden_states) as store:
+    scores = role_scores(store, loaded.weights, settings.batch_size, settings.device)
+    write_table(layer_rows(scores, [l + 1 for l in store.layers]), output.role_scores)
+    if not causal:
+        loss = not_applicable("no causal language-model head (next-piece loss)")
+    elif not store.stores(store.n_layers):
+        loss = not_applicable("layers: leaves out the last layer, whose output the head reads")
+    else:
+        head, final_ln = loaded.head, loaded.weights.final_ln
+        loss = in_context_loss(
+            store, lambda X: head_logits(head, final_ln, X), settings.batch_size, settings.device
+        )
+    write_table(loss, output.in_context_loss)
+    repeated = repeated_pattern(store, loaded.weights, settings.pattern_pieces, labels)
+with HiddenStates(job.input.natural_states) as store:
+    natural = natural_pattern(store, loaded.weights, settings.pattern_pieces, labels)
+write_text(json.dumps({"natural": natural, "repeated": repeated}), output.patterns)
+log.info("wrote the role scores of %s", job.wildcards.model)
