@@ -1,0 +1,130 @@
+"""Layer kinds (`attnscope.core.layer_kinds`): global or sliding attention, the window and the
+rotary base of every layer, against what the real modules do, and the kind columns of the
+per-layer tables."""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from attnscope.architectures import canonical_weights
+from attnscope.architectures.base import base_model
+from attnscope.core.layer_kinds import KIND_COLUMNS, layer_kinds, with_layer_kinds
+from conftest import WINDOW, tiny_batch, tiny_model
+
+# gemma3_text: local base 1e4, global 1e6 (its defaults), so a mix-up of the two shows
+KINDS_TYPES = (
+    "gemma3_text",
+    "gemma2",
+    "mistral",
+    "qwen2",
+    "qwen3",
+    "cohere",
+    "smollm3",
+    "phi3",
+    "llama",
+    "gpt_neox",
+    "gpt2",
+)
+
+
+def module_angles(model, l: int) -> np.ndarray | None:
+    """The angles at position 1 of layer l's rotary embedding as the model's own rotary module
+    hands them to the layer (atan2 of its sin and cos), sorted; None where the layer turns
+    nothing (SmolLM3's NoPE layers, learned positions)."""
+    core = base_model(model)
+    attn = getattr(core.layers[l], "self_attn", None) if hasattr(core, "layers") else None
+    if not hasattr(core, "rotary_emb") or not getattr(attn, "use_rope", True):
+        return None
+    emb = core.rotary_emb
+    x = torch.zeros(1, 2, model.config.hidden_size)
+    args = [x, torch.arange(2)[None]]
+    if "layer_type" in inspect.signature(emb.forward).parameters:
+        args.append(model.config.layer_types[l])
+    with torch.no_grad():
+        cos, sin = emb(*args)
+    return np.sort(torch.atan2(sin[0, 1], cos[0, 1]).double().numpy())
+
+
+def expected_angles(theta: float, dims: int) -> np.ndarray:
+    """theta^(-2b / dims) for b = 0..dims/2 - 1, each twice (both dimensions of a band), sorted."""
+    inv_freq = theta ** (-np.arange(0, dims, 2) / dims)
+    return np.sort(np.repeat(inv_freq, 2))
+
+
+@pytest.mark.parametrize("model_type", KINDS_TYPES)
+def test_layer_kinds_follow_the_modules(model_type):
+    model = tiny_model(model_type)
+    kinds = layer_kinds(canonical_weights(model))
+    config = model.config
+    n_layers = config.num_hidden_layers
+    assert kinds["layer"].tolist() == list(range(1, n_layers + 1))
+    types = getattr(config, "layer_types", None)
+    if model_type in ("mistral", "phi3"):  # the config's window on every layer
+        types = ["sliding_attention"] * n_layers
+    elif types is None:
+        types = ["full_attention"] * n_layers
+    expected = ["sliding" if kind == "sliding_attention" else "global" for kind in types]
+    assert kinds["attention"].tolist() == expected
+    sliding = kinds["attention"] == "sliding"
+    assert (kinds.loc[sliding, "window"] == WINDOW).all()
+    assert kinds.loc[~sliding, "window"].isna().all()
+    for l in range(n_layers):
+        angles, theta = module_angles(model, l), kinds["rope_theta"][l]
+        if angles is None:
+            assert np.isnan(theta)
+        else:
+            np.testing.assert_allclose(angles, expected_angles(theta, len(angles)), rtol=1e-3)
+
+
+def test_gemma3_local_and_global_layers_have_their_own_base():
+    kinds = layer_kinds(canonical_weights(tiny_model("gemma3_text", layers=4)))
+    by_kind = kinds.groupby("attention")["rope_theta"].unique()
+    assert by_kind["sliding"].tolist() == [1e4]
+    assert by_kind["global"].tolist() == [1e6]
+
+
+@pytest.mark.parametrize("model_type", ("gemma2", "gemma3_text", "mistral", "qwen2"))
+def test_a_sliding_layer_puts_no_weight_beyond_its_window(model_type):
+    """The model's own eager attention weights: a sliding layer's query i gives keys j <= i -
+    window exactly 0 (the first position too, past the window), a global layer's query gives
+    the first position weight at every distance."""
+    model = tiny_model(model_type)
+    kinds = layer_kinds(canonical_weights(model))
+    ids, mask = tiny_batch(model_type, batch=1, length=3 * WINDOW)
+    with torch.no_grad():
+        attentions = model(input_ids=ids, attention_mask=mask, output_attentions=True).attentions
+    n = ids.shape[1]
+    i, j = np.arange(n)[:, None], np.arange(n)[None]
+    for row in kinds.itertuples():
+        A = attentions[row.layer - 1][0].numpy()  # [H, n, n]
+        if row.attention == "sliding":
+            assert (A[:, i - j >= row.window] == 0).all()
+            assert (A[:, (i - j < row.window) & (i >= j)] > 0).all()
+        else:
+            assert (A[:, :, 0] > 0).all()
+
+
+def test_with_layer_kinds_adds_the_columns_and_keeps_the_table():
+    kinds = pd.DataFrame(
+        {
+            "layer": [1, 2],
+            "attention": ["sliding", "global"],
+            "window": pd.array([512, None], dtype="Int64"),
+            "rope_theta": [1e4, 1e6],
+        }
+    )
+    table = pd.DataFrame({"layer": [2, 1, "all"], "head": [1, 1, 0], "value": [0.5, 0.25, 0.1]})
+    out = with_layer_kinds(table, kinds)
+    assert out.columns.tolist() == ["layer", "head", "value", *KIND_COLUMNS]
+    pd.testing.assert_frame_equal(out[table.columns], table)
+    assert out["attention"].tolist()[:2] == ["global", "sliding"]
+    assert out["window"].tolist()[:2] == [pd.NA, 512]
+    assert out["rope_theta"].tolist()[:2] == [1e6, 1e4]
+    assert out.iloc[2][list(KIND_COLUMNS)].isna().all()
+    plain = pd.DataFrame({"head": [1], "value": [1.0]})
+    assert with_layer_kinds(plain, kinds) is plain
