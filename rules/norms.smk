@@ -113,6 +113,8 @@ rule norms_sink_card:
         kobayashi=NORMS_OUT.table("sink_kobayashi.tsv"),
         massive=NORMS_OUT.table("massive_dimensions.tsv"),
         intervention=NORMS_OUT.table("massive_intervention.tsv"),
+        kinds=NORMS_OUT.table("sink_kinds.tsv"),
+        stream_kinds=NORMS_OUT.table("sink_stream_kinds.tsv"),
     log:
         "results/{model}/{corpus}/logs/norms_sink_card.log",
     benchmark:

@@ -139,6 +139,7 @@ rule position_rotary:
         trt=POSITION_OUT.table("trt.tsv.gz"),
     output:
         bands=POSITION_OUT.table("rotary_bands.tsv"),
+        ranking=POSITION_OUT.table("rotary_band_ranking.tsv"),
         offsets=POSITION_OUT.table("rotary_offsets.tsv"),
         heads=POSITION_OUT.table("rotary_positional_heads.tsv"),
         check=POSITION_OUT.table("decomposition_check.tsv"),

@@ -6,6 +6,7 @@ import pandas as pd
 
 from attnscope.analyses.position import rotary
 from attnscope.core import checks
+from attnscope.core.layer_kinds import read_layer_kinds, with_layer_kinds
 from attnscope.core.store import HiddenStates
 from attnscope.core.tables import layer_rows, not_applicable
 from attnscope.pipeline.job import Job
@@ -36,7 +37,10 @@ else:
         residuals.record(layer, "bands", *map(float, worst))
     job.write_table(residuals.table(), output.check)
     offsets = layer_rows(rotary.offset_table(result), chosen)
-    job.write_table(layer_rows(rotary.band_table(result), chosen), output.bands)
+    kinds = read_layer_kinds(job.input.layer_kinds)
+    bands = with_layer_kinds(layer_rows(rotary.band_table(result), chosen), kinds)
+    job.write_table(bands, output.bands)
+    job.write_table(rotary.band_ranking(bands), output.ranking)
     job.write_table(offsets, output.offsets)
     heads = rotary.positional_heads(pd.read_csv(job.input.trt, sep="\t"), lengths)
     log.info("positional heads (layer, head, behaviour): %s", heads.to_numpy().tolist())

@@ -128,3 +128,67 @@ def test_with_layer_kinds_adds_the_columns_and_keeps_the_table():
     assert out.iloc[2][list(KIND_COLUMNS)].isna().all()
     plain = pd.DataFrame({"head": [1], "value": [1.0]})
     assert with_layer_kinds(plain, kinds) is plain
+
+
+def kinds_of(attention: list[str], windows: list, thetas: list[float]) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "layer": np.arange(1, len(attention) + 1),
+            "attention": attention,
+            "window": pd.array(windows, dtype="Int64"),
+            "rope_theta": thetas,
+        }
+    )
+
+
+def test_rotary_bands_are_ranked_within_each_kind():
+    """Layers 1 and 3 slide (base 1e4), layer 2 is global (base 1e6); band 0 is the most
+    positional of the sliding layers, band 1 of the global one: a ranking over all layers
+    would put band 0 first for both."""
+    from attnscope.analyses.position.rotary import band_ranking
+
+    kinds = kinds_of(["sliding", "global", "sliding"], [8, None, 8], [1e4, 1e6, 1e4])
+    share = {1: [0.9, 0.1, 0.5], 2: [0.2, 0.8, np.nan], 3: [0.7, 0.3, 0.5]}
+    rows = [
+        (layer, head, band, 10.0 ** -(band + (layer == 2)), share[layer][band] * head, 0.25)
+        for layer in (1, 2, 3)
+        for head in (1, 2)
+        for band in range(3)
+    ]
+    columns = ["layer", "head", "band", "theta", "positional_share", "abs_share"]
+    bands = with_layer_kinds(pd.DataFrame(rows, columns=columns), kinds)
+    bands["wavelength"] = 2 * np.pi / bands["theta"]
+    ranking = band_ranking(bands)
+    sliding = ranking[ranking["attention"] == "sliding"].set_index("band")
+    glob = ranking[ranking["attention"] == "global"].set_index("band")
+    assert sliding["rank"].tolist() == [1, 3, 2]
+    assert glob["rank"].tolist() == [2, 1, 3]  # the constant (NaN) band last
+    np.testing.assert_allclose(sliding["positional_share"], [1.2, 0.3, 0.75])  # heads x 1, x 2
+    assert (sliding["n_layers"] == 2).all() and (sliding["n_rows"] == 4).all()
+    assert (sliding["rope_theta"] == 1e4).all() and (glob["rope_theta"] == 1e6).all()
+    assert (sliding["window"] == 8).all() and glob["window"].isna().all()
+
+
+def test_kind_summary_keeps_local_and_global_layers_apart():
+    """Sink heads: both heads of the global layer 2 are sinks (first-position weight 0.6 and
+    0.8), none of the sliding layers 1 and 3 (0.1 to 0.4); a layer without rotation is its own
+    kind; the summary row of every layer ("all") counts in none."""
+    from attnscope.core.layer_kinds import kind_summary
+
+    kinds = kinds_of(
+        ["sliding", "global", "sliding", "global"], [4, None, 4, None], [1e4, 1e6, 1e4, np.nan]
+    )
+    heads = pd.DataFrame(
+        {
+            "layer": [1, 1, 2, 2, 3, 3, 4, 4, "all"],
+            "alpha_first": [0.1, 0.3, 0.6, 0.8, 0.2, 0.4, 0.5, 0.5, 0.9],
+            "sink": [False, False, True, True, False, False, True, False, True],
+        }
+    )
+    summary = kind_summary(with_layer_kinds(heads, kinds), ["alpha_first", "sink"])
+    assert summary["attention"].tolist() == ["global", "global", "sliding"]
+    assert summary["rope_theta"].tolist()[0] == 1e6 and np.isnan(summary["rope_theta"][1])
+    np.testing.assert_allclose(summary["alpha_first"], [0.7, 0.5, 0.25])
+    np.testing.assert_allclose(summary["sink"], [1.0, 0.5, 0.0])
+    assert summary["n_layers"].tolist() == [1, 1, 2]
+    assert summary["n_rows"].tolist() == [2, 2, 4]

@@ -72,3 +72,19 @@ def with_layer_kinds(table: pd.DataFrame, kinds: pd.DataFrame) -> pd.DataFrame:
 def has_both_kinds(table: pd.DataFrame) -> bool:
     """Whether `table` (with the kind columns) holds both global and sliding layers."""
     return "attention" in table and set(table["attention"].dropna()) == {GLOBAL, SLIDING}
+
+
+def kind_summary(table: pd.DataFrame, columns: list[str], by: tuple[str, ...] = ()) -> pd.DataFrame:
+    """`attention window rope_theta <by...> n_layers n_rows <columns...>`: the plain mean of
+    each column over the rows of one layer kind (and value of `by`), from a per-layer table
+    with the kind columns (`with_layer_kinds`); rows of no single layer are left out, a layer
+    without rotation is its own kind (rope_theta empty). A boolean column's mean is a share."""
+    rows = table[pd.to_numeric(table["layer"], errors="coerce").notna()]
+    keys = [*KIND_COLUMNS, *by]
+    grouped = rows.groupby(keys, dropna=False, sort=True)
+    summary = grouped[columns].mean()
+    summary.insert(0, "n_layers", grouped["layer"].nunique())
+    summary.insert(1, "n_rows", grouped.size())
+    summary = summary.reset_index()
+    summary["window"] = pd.array(summary["window"], dtype="Int64")
+    return summary
