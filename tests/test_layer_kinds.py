@@ -192,3 +192,40 @@ def test_kind_summary_keeps_local_and_global_layers_apart():
     np.testing.assert_allclose(summary["sink"], [1.0, 0.5, 0.0])
     assert summary["n_layers"].tolist() == [1, 1, 2]
     assert summary["n_rows"].tolist() == [2, 2, 4]
+
+
+def test_figures_mark_the_global_layers_of_a_model_with_both_kinds():
+    """Gemma-3's pattern on 6 layers (layer 6 global, window 512): the heatmap's layer labels
+    show layer 6 in the global colour and name the window; a line plot gets a dotted line at
+    layer 6 alone; a model of one kind is drawn as before."""
+    import matplotlib.colors as mcolors
+
+    from attnscope.analyses.norms.plots import attention_sinks, massive_activations
+    from attnscope.core.plotting import GLOBAL_COLOUR
+
+    kinds = kinds_of(["sliding"] * 5 + ["global"], [512] * 5 + [None], [1e4] * 5 + [1e6])
+    grid = pd.DataFrame(
+        [(layer, head, 0.5, 0.5, 1.0) for layer in range(1, 7) for head in (1, 2)],
+        columns=["layer", "head", "alpha_first", "norm_share", "fx_ratio"],
+    )
+    fig = attention_sinks(with_layer_kinds(grid, kinds), "t")
+    labels = fig.axes[0].get_yticklabels()
+    assert [label.get_text() for label in labels] == ["1", "2", "3", "4", "5", "6"]
+    global_rgb = mcolors.to_rgb(GLOBAL_COLOUR)
+    coloured = [mcolors.to_rgb(label.get_color()) == global_rgb for label in labels]
+    assert coloured == [False] * 5 + [True]
+    assert "window 512" in fig.axes[0].get_ylabel()
+
+    states = pd.DataFrame(
+        {
+            "layer": range(7),
+            **{c: np.ones(7) for c in ("first_max", "other_median", "ratio", "ratio_max")},
+        }
+    )
+    fig = massive_activations(with_layer_kinds(states, kinds), "t")
+    dotted = [line for line in fig.axes[0].get_lines() if line.get_linestyle() == ":"]
+    assert [line.get_xdata()[0] for line in dotted] == [6]
+    one_kind = with_layer_kinds(states, kinds.assign(attention="global", window=pd.NA))
+    fig = massive_activations(one_kind, "t")
+    assert not [line for line in fig.axes[0].get_lines() if line.get_linestyle() == ":"]
+    assert "window" not in fig.axes[0].get_xlabel()

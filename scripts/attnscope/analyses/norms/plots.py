@@ -12,7 +12,7 @@ import seaborn as sns
 from matplotlib.ticker import MaxNLocator
 
 import attnscope.core.plotting  # noqa: F401  (the shared look; sets the Agg backend)
-from attnscope.core.plotting import layer_ticks
+from attnscope.core.plotting import heatmap_layer_kinds, layer_ticks
 
 CATEGORY_ORDER = ["CLS", "SEP", "punct", "other"]
 
@@ -83,6 +83,7 @@ def sep_heads(sep_heads: pd.DataFrame, title: str):
     for ax, (column, panel) in zip(axes, titles.items(), strict=True):
         grid = table.pivot(index="layer", columns="head", values=column)
         sns.heatmap(grid, ax=ax, cmap="Blues", cbar_kws={"label": column})
+        heatmap_layer_kinds(ax, grid.index, table)
         ax.set_title(panel)
     fig.suptitle(title)
     fig.tight_layout()
@@ -105,7 +106,7 @@ def token_class_layer(token_class_layer: pd.DataFrame, title: str):
             )
             bottom += grid[category].to_numpy()
         ax.set(xlabel="layer", ylabel=f"{column} summed over the category's keys")
-        layer_ticks(ax, grid.index)
+        layer_ticks(ax, grid.index, kinds=table)
         ax.set_title(panel)
     axes[1].legend(title="key category", loc="upper left", bbox_to_anchor=(1.02, 1))
     fig.suptitle(title)
@@ -127,6 +128,7 @@ def attention_sinks(attention_sinks: pd.DataFrame, title: str):
         grid = table.pivot(index="layer", columns="head", values=column)
         limits = {"vmin": 0, "vmax": 1} if centre is None else {"center": centre}
         sns.heatmap(grid, ax=ax, cmap=cmap, cbar_kws={"label": column}, **limits)
+        heatmap_layer_kinds(ax, grid.index, table)
         ax.set_title(panel)
     fig.suptitle(title)
     fig.tight_layout()
@@ -148,7 +150,7 @@ def massive_activations(massive_activations: pd.DataFrame, title: str):
     right.set(xlabel="hidden state (0 = embeddings)", ylabel="first / others", yscale="log")
     right.legend(fontsize="small")
     for ax in (left, right):
-        layer_ticks(ax, table["layer"])
+        layer_ticks(ax, table["layer"], kinds=table)
     fig.suptitle(title)
     fig.tight_layout()
     return fig

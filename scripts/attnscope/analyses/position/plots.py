@@ -13,6 +13,7 @@ import seaborn as sns
 from matplotlib import pyplot as plt
 
 import attnscope.core.plotting  # noqa: F401  (the shared look; sets the Agg backend)
+from attnscope.core.plotting import heatmap_layer_kinds
 from attnscope.core.tables import is_not_applicable
 
 
@@ -260,6 +261,7 @@ def rotary_positional_share(rotary_bands: pd.DataFrame, title: str):
     fig, ax = plt.subplots(figsize=(max(4.0, 0.25 * grid.shape[1] + 2), 0.35 * len(grid) + 1.6))
     sns.heatmap(grid, ax=ax, vmin=0, vmax=1, cmap="viridis", cbar_kws={"label": "R² on i − j"})
     ax.set(xlabel="band (0 = highest frequency)", ylabel="layer", title=title)
+    heatmap_layer_kinds(ax, grid.index, rotary_bands)
     return fig
 
 
