@@ -56,6 +56,14 @@ def sink_lines(results: Path, model: str) -> list[str]:
         lines.append(
             "its share of Σ‖αf(x)‖ (Kobayashi's view): " + by_depth(per_layer["norm_share"], every)
         )
+    kinds = table(results, model, "norms", "sink_kinds")
+    if kinds is not None and len(kinds) > 1:  # local and global layers apart
+        parts = [
+            f"{kind_label(*row[KINDS])[8:]} {row['alpha_first']:.2f} "
+            f"({100 * row['sink']:.0f}% sinks)"
+            for _, row in kinds.iterrows()
+        ]
+        lines.append("weight on the first position by layer kind: " + "; ".join(parts))
     massive = table(results, model, "norms", "massive_dimensions")
     if massive is not None and len(massive):
         dims = massive.groupby("dim")["value"].apply(lambda v: v.abs().max())
@@ -79,15 +87,41 @@ def sink_lines(results: Path, model: str) -> list[str]:
     return lines
 
 
+KINDS = ["attention", "window", "rope_theta"]  # the layer kind columns of per-layer tables
+
+
+def kind_label(attention: str, window: float, theta: float) -> str:
+    """' of the sliding layers (window 512, base 10000)', ' of the global layers (base 1e+06)'."""
+    parts = ([f"window {int(window)}"] if attention == "sliding" else []) + (
+        [f"base {theta:g}"] if theta == theta else []  # NaN: no rotation
+    )
+    return f" of the {attention} layers" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def kinds_of(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """[(label, rows of one layer kind)] where the table holds several kinds (Gemma-3's
+    sliding and global layers), else [("", rows)]: one kind needs no label."""
+    if not set(KINDS) <= set(rows) or len(rows.drop_duplicates(KINDS)) < 2:
+        return [("", rows)]
+    groups = rows.groupby(KINDS, dropna=False, sort=True)
+    return [(kind_label(*kind), group) for kind, group in groups]
+
+
 def position_lines(results: Path, model: str) -> list[str]:
+    """The most positional bands, within each layer kind: band b of one rotary base turns at
+    another rate than band b of another, so bands are never pooled across kinds."""
     bands = table(results, model, "position", "rotary_bands")
     if bands is None or "band" not in bands:  # not made, or "not applicable" (an encoder)
         return []
-    share = bands.groupby("band")["positional_share"].mean().sort_values(ascending=False)
-    top = ", ".join(f"band {b} ({s:.2f})" for b, s in share.head(3).items())
-    return [
-        f"most positional rotary bands (R² of the band's score on i − j, mean over heads): {top}"
-    ]
+    lines = []
+    for label, rows in kinds_of(bands):
+        share = rows.groupby("band")["positional_share"].mean().sort_values(ascending=False)
+        top = ", ".join(f"band {b} ({s:.2f})" for b, s in share.head(3).items())
+        lines.append(
+            f"most positional rotary bands{label} (R² of the band's score on i − j, mean over "
+            f"heads): {top}"
+        )
+    return lines
 
 
 def mixing_lines(results: Path, model: str) -> list[str]:
