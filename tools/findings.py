@@ -4,8 +4,9 @@
 
 Prints Markdown bullets (the README's "What the default run finds" is this output for the
 default run): the attention-sink card (Sink^eps with its control, the first position's weight
-and norm share by depth, Sun et al.'s massive dimensions and the intervention's losses), the
-most positional rotary bands, the mixing ratio by depth and, from the attend family, the
+and norm share by depth, by layer kind and past a 512-piece window on wiki1024, Sun et al.'s
+massive dimensions and the intervention's losses), the most positional rotary bands of each
+layer kind, the mixing ratio by depth and, from the attend family, the
 components that make the heads look at the first position and at the previous token. A table
 the run did not make (a family switched off, an encoder without rotary bands) is left out of
 the lines.
@@ -19,11 +20,15 @@ from pathlib import Path
 import pandas as pd
 
 CORPORA = {"norms": "wiki", "position": "wiki512", "mixing": "wiki_masked", "attend": "wiki"}
+LONG_CORPUS = "wiki1024"  # the sink card's stream past a 512-piece sliding window
 
 
-def table(results: Path, model: str, family: str, name: str) -> pd.DataFrame | None:
-    """results/<model>/<corpus>/<family>/<name>.tsv of the default corpus, or None."""
-    path = results / model / CORPORA[family] / family / f"{name}.tsv"
+def table(
+    results: Path, model: str, family: str, name: str, corpus: str = ""
+) -> pd.DataFrame | None:
+    """results/<model>/<corpus>/<family>/<name>.tsv of the family's default corpus (or of
+    `corpus`), or None."""
+    path = results / model / (corpus or CORPORA[family]) / family / f"{name}.tsv"
     return pd.read_csv(path, sep="\t") if path.exists() else None
 
 
@@ -64,6 +69,17 @@ def sink_lines(results: Path, model: str) -> list[str]:
             for _, row in kinds.iterrows()
         ]
         lines.append("weight on the first position by layer kind: " + "; ".join(parts))
+    stream = table(results, model, "norms", "sink_stream_kinds", LONG_CORPUS)
+    if stream is not None and len(stream):
+        last = stream[stream["bin"] == stream["bin"].max()]
+        span = f"{int(last['position_from'].iloc[0])}–{int(last['position_to'].iloc[0])}"
+        parts = [
+            f"{label[8:] or 'every layer'} {rows['alpha_first'].iloc[0]:.2f}"
+            for label, rows in kinds_of(last)
+        ]
+        lines.append(
+            f"weight on the first position of queries {span} ({LONG_CORPUS}): " + "; ".join(parts)
+        )
     massive = table(results, model, "norms", "massive_dimensions")
     if massive is not None and len(massive):
         dims = massive.groupby("dim")["value"].apply(lambda v: v.abs().max())
