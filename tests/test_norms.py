@@ -725,3 +725,43 @@ def test_massive_activation_figure_layer_labels_stay_readable(n_states):
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def drawn_labels(fig, ax, axis: str = "y") -> list:
+    """The non-empty tick labels of `axis` inside the axes' limits, once the figure is drawn."""
+    fig.canvas.draw()
+    low, high = sorted(ax.get_ylim() if axis == "y" else ax.get_xlim())
+    labels = ax.get_yticklabels() if axis == "y" else ax.get_xticklabels()
+    at = 1 if axis == "y" else 0
+    return [t for t in labels if t.get_text() and low <= t.get_position()[at] <= high]
+
+
+@pytest.mark.parametrize("n_layers", [6, 18, 30, 64])
+def test_attention_sinks_layer_labels_never_run_together(n_layers):
+    """Gemma-3 issue: at 18 layers the heatmaps' upright layer labels touched ("1011"). Now
+    every label is a row's own layer, horizontal, at most 16 per panel (every layer up to
+    16), and once drawn each label clears the next by at least 2 points."""
+    import matplotlib.pyplot as plt
+
+    from attnscope.analyses.norms.plots import attention_sinks
+    from attnscope.core.plotting import MAX_LAYER_LABELS
+
+    rng, n = np.random.default_rng(0), n_layers * 4
+    layer, head = np.divmod(np.arange(n), 4)
+    table = pd.DataFrame({"layer": layer + 1, "head": head + 1, "alpha_first": rng.random(n)})
+    table = table.assign(norm_share=rng.random(n), fx_ratio=0.5 + rng.random(n))
+    fig = attention_sinks(table, "tiny")
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes[:3]:
+        labels = drawn_labels(fig, ax)
+        shown = [int(t.get_text()) for t in labels]
+        rows_at = [int(t.get_position()[1]) + 1 for t in labels]  # row r's centre is r + 0.5
+        assert shown == rows_at and shown[0] == 1 and len(shown) <= MAX_LAYER_LABELS
+        assert len(set(np.diff(shown))) <= 1  # every k-th layer
+        if n_layers <= MAX_LAYER_LABELS:
+            assert shown == list(range(1, n_layers + 1))
+        assert all(t.get_rotation() == 0 for t in labels)
+        boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.y0)
+        gap = 2 * fig.dpi / 72  # 2 points
+        assert all(b.y0 - a.y1 >= gap for a, b in zip(boxes, boxes[1:], strict=False))
+    plt.close(fig)

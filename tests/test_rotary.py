@@ -360,6 +360,46 @@ def test_tables_list_each_layers_own_bands():
     assert np.isnan(result.abs_share[1, :, 1:]).all()
 
 
+def band_statistics(model) -> pd.DataFrame:
+    """`band_table` of random layer inputs through every layer of `model` (9 tokens, t_max 3)."""
+    X = torch.randn(2, 9, TINY["hidden"], generator=torch.Generator().manual_seed(5))
+    mask = torch.ones(2, 9, dtype=torch.long)
+    statistics = []
+    for layer in canonical_weights(model).layers:
+        stats = rotary.RotaryStatistics(layer, 9, t_max=3)
+        stats.update(X, mask)
+        statistics.append(stats.summary())
+    return rotary.band_table(rotary.RotaryResult.collect(statistics))
+
+
+def test_a_band_the_qk_norm_switches_off_is_marked_not_left_blank():
+    """Gemma-3 issue: a QK-norm weight of 0 (Gemma's 1 + w with w = -1) on both dimensions of a
+    band makes q^b 0, so s^b is constant and its R^2 NaN: a white cell nobody explained. The
+    figure hatches exactly the cells constant in every head, and its legend says why; a band
+    a layer does not have (SmolLM3's NoPE layer) is not hatched."""
+    import matplotlib.pyplot as plt
+
+    model = tiny_model("gemma3_text")
+    half = TINY["hidden"] // TINY["heads"] // 2  # band 1: dimensions 1 and 1 + d'/2
+    with torch.no_grad():
+        model.layers[0].self_attn.q_norm.weight[[1, 1 + half]] = -1.0
+    bands = band_statistics(model)
+    off = bands[bands["positional_share"].isna()]
+    assert set(zip(off["layer"], off["band"], strict=True)) == {(1, 1)}
+    assert len(off) == TINY["heads"] and (off["q_norm"] == 0).all()
+    fig = position_plots.rotary_positional_share(bands, "gemma3")
+    ax = fig.axes[0]
+    hatched = [(p.get_x(), p.get_y()) for p in ax.patches if p.get_hatch()]
+    assert hatched == [(1, 0)]  # column: band 1; row: layer 1
+    assert "QK-norm" in ax.get_legend().get_texts()[0].get_text()
+    plt.close(fig)
+    nope = band_statistics(tiny_model("smollm3"))  # layer 2 holds one band, the unrotated
+    fig = position_plots.rotary_positional_share(nope, "smollm3")
+    assert not [p for p in fig.axes[0].patches if p.get_hatch()]
+    assert fig.axes[0].get_legend() is None
+    plt.close(fig)
+
+
 def test_previous_token_margin_per_band():
     """Known answer: band 0 peaks at t = 1 by 3 over the flat rest, band 1 is flat."""
     rows = []

@@ -178,11 +178,31 @@ def states(
             yield opened
 
 
+def _text(text) -> str | list[str]:
+    """One text as the texts corpus takes it: a string, or [sentence A, sentence B] (a list
+    of one string is one segment, as the string)."""
+    if isinstance(text, str):
+        return text
+    if isinstance(text, list | tuple) and len(text) in (1, 2):
+        if all(isinstance(segment, str) for segment in text):
+            return list(text)
+    raise TypeError(f"a text is a string or [sentence A, sentence B], not {text!r}")
+
+
+def _number(name: str, value, count: int) -> int:
+    """A 1-based layer or head number in 1..count (an int or numpy integer, not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(
+            f"{name} must be an integer from 1 to {count} ({name}s are 1-based), not {value!r}"
+        )
+    if not 1 <= value <= count:
+        raise ValueError(f"{name} {value} is not in 1..{count} ({name}s are 1-based)")
+    return int(value)
+
+
 def _one(model: Model | str | Path, text: str | list[str]):
     """The store of one text and its real length."""
-    if not isinstance(text, str | list | tuple):
-        raise TypeError(f"a text is a string or [sentence A, sentence B], not {type(text)}")
-    return states(model, [text if isinstance(text, str) else list(text)])
+    return states(model, [_text(text)])
 
 
 @dataclass
@@ -401,13 +421,11 @@ def attend(
     (`maps.attend`): `components` names them (`embed` or `embed.word` / `embed.position` /
     `embed.type` where `embed_parts` and the model learns them, `L3.H5`, `L3.FF`, `bias`).
     The split is checked against the module (above 1e-4 relative: `checks.CheckError`)."""
+    text = _text(text)
     model = _loaded(model)
     weights = model.weights
-    if not 1 <= layer <= weights.n_layers:
-        raise ValueError(f"layer {layer} is not in 1..{weights.n_layers} (layers are 1-based)")
-    if not 1 <= head <= weights.n_heads:
-        raise ValueError(f"head {head} is not in 1..{weights.n_heads} (heads are 1-based)")
-    settings = {"texts": [text if isinstance(text, str) else list(text)], "max_length": sys.maxsize}
+    layer, head = _number("layer", layer, weights.n_layers), _number("head", head, weights.n_heads)
+    settings = {"texts": [text], "max_length": sys.maxsize}
     corpus = encode_corpus("texts", [], model.tokenizer, settings)
     if corpus.input_ids.shape[1] > model.max_positions:
         raise ValueError(

@@ -1,7 +1,9 @@
 """BERT-like encoders (post-LN): BERT, RoBERTa, ELECTRA, XLM-RoBERTa, CamemBERT.
 
 RoBERTa-style models reserve the position rows up to padding_idx; the canonical position
-embeddings drop them, so row t is real position t.
+embeddings drop them, so row t is real position t. Their position ids count only the pieces
+that are not the pad id, a pad piece reading row padding_idx: the canonical model keeps that
+id and row (`CanonicalModel.position_rows`).
 """
 
 from __future__ import annotations
@@ -78,8 +80,11 @@ def canonical_weights(model) -> CanonicalModel:
         )
     emb = core.embeddings
     positions = emb.position_embeddings.weight.detach()
-    if config.model_type in ROBERTA_POSITIONS:
-        positions = positions[config.pad_token_id + 1 :]
+    padding = {}
+    if config.model_type in ROBERTA_POSITIONS:  # create_position_ids_from_input_ids
+        pad = config.pad_token_id
+        padding = {"padding_id": pad, "padding_position": positions[pad]}
+        positions = positions[pad + 1 :]
     return CanonicalModel(
         architecture="bert",
         model_type=config.model_type,
@@ -89,6 +94,7 @@ def canonical_weights(model) -> CanonicalModel:
         token_type_embeddings=emb.token_type_embeddings.weight.detach(),
         embedding_ln=layer_norm(emb.LayerNorm),
         final_ln=None,
+        **padding,
     )
 
 

@@ -381,6 +381,8 @@ class CanonicalModel:
     reserved rows before padding_idx + 1 are dropped); None for rotary models. `final_ln`
     is the norm after the last layer (None for post-LN architectures). `embedding_scale`
     multiplies the word embeddings inside the model (Gemma's sqrt(d), Granite's multiplier).
+    `padding_id`, `padding_position`: RoBERTa-style position ids, which count only the pieces
+    that are not the pad id; a pad piece reads the padding row (`position_rows`).
     """
 
     architecture: str  # its `Architecture.name` in attnscope.architectures
@@ -392,6 +394,8 @@ class CanonicalModel:
     embedding_ln: CanonicalLayerNorm | None
     final_ln: CanonicalLayerNorm | None
     embedding_scale: float = 1.0
+    padding_id: int | None = None  # positions skip the pieces of this id (RoBERTa)
+    padding_position: torch.Tensor | None = None  # [d_emb] the position row a pad piece reads
 
     @property
     def outline(self) -> Sequence[CanonicalLayer]:
@@ -424,6 +428,19 @@ class CanonicalModel:
     def rotary(self) -> bool:
         """Whether positions enter through rotary embeddings (no learned position rows)."""
         return self.position_embeddings is None
+
+    def position_rows(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """The learned position embedding each piece of one sequence reads, as the module
+        numbers positions: row t at position t; with `padding_id` (RoBERTa), row k - 1 for
+        the k-th piece that is not the pad id, `padding_position` for a pad piece (so that a
+        pad inside a text moves the pieces after it).  input_ids [n] -> [n, d_emb]"""
+        import torch
+
+        if self.padding_id is None:
+            return self.position_embeddings[: input_ids.shape[-1]]
+        real = input_ids != self.padding_id
+        rows = self.position_embeddings[(real.cumsum(-1) - 1).clamp(min=0)]
+        return torch.where(real[..., None], rows, self.padding_position)
 
 
 def cast(value, dtype):

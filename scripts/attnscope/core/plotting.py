@@ -86,18 +86,36 @@ def mark_global_layers(ax, table: pd.DataFrame, axis: str = "x") -> None:
     target.set_label_text(f"{target.get_label_text() or 'layer'} ({_kinds_note(kinds)})")
 
 
-def heatmap_layer_kinds(ax, layers, table: pd.DataFrame, axis: str = "y") -> None:
-    """On a heatmap whose rows (axis y) or columns (x) are the `layers` in order: every layer
-    labelled, the global ones in bold GLOBAL_COLOUR, and the axis label saying so, where
-    `table` (with the kind columns) holds global and sliding layers."""
-    kinds = _kinds_by_layer(table)
-    if kinds is None:
-        return
+def heatmap_layer_ticks(ax, layers, axis: str = "y", kinds: pd.DataFrame | None = None) -> None:
+    """Label a heatmap's `layers` (its rows on axis "y", columns on "x", in drawing order, one
+    cell each) with horizontal text: every one up to MAX_LAYER_LABELS of them, else every k-th
+    from the first, k the smallest step that keeps at most MAX_LAYER_LABELS (18 layers: 1, 3,
+    ..., 17). Seaborn's own labels stand upright on the y axis and run together from about 18
+    rows on. `kinds`: a table with the layer kind columns (`core.layer_kinds`); where it holds
+    global and sliding layers, every global layer is labelled (then the k-th layers closer
+    than k to one are not), in bold GLOBAL_COLOUR, and the axis label gives the window
+    (Gemma-3 270M's 18 layers: 1, 3, 6, 9, 12, 15, 18)."""
+    import math
+
     layers = [int(layer) for layer in layers]
+    step = math.ceil(len(layers) / MAX_LAYER_LABELS)
+    cells = list(range(0, len(layers), step))
+    marked = None if kinds is None else _kinds_by_layer(kinds)
+    is_global = [
+        marked is not None and layer in marked.index and marked.at[layer, "attention"] == GLOBAL
+        for layer in layers
+    ]
+    chosen = [c for c, g in enumerate(is_global) if g]
+    if chosen:
+        far = [c for c in cells if all(abs(c - g) >= step for g in chosen)]
+        cells = sorted(set(chosen) | set(far))
+    ticks, labels = [c + 0.5 for c in cells], [str(layers[c]) for c in cells]
     target = ax.yaxis if axis == "y" else ax.xaxis
-    target.set_ticks(np.arange(len(layers)) + 0.5, [str(layer) for layer in layers])
-    for label, layer in zip(target.get_ticklabels(), layers, strict=True):
-        if layer in kinds.index and kinds.at[layer, "attention"] == GLOBAL:
+    target.set_ticks(ticks, labels, rotation=0)
+    if marked is None:
+        return
+    for label, c in zip(target.get_ticklabels(), cells, strict=True):
+        if is_global[c]:
             label.set_color(GLOBAL_COLOUR)
             label.set_fontweight("bold")
-    target.set_label_text(f"{target.get_label_text() or 'layer'} ({_kinds_note(kinds)})")
+    target.set_label_text(f"{target.get_label_text() or 'layer'} ({_kinds_note(marked)})")

@@ -3,7 +3,8 @@
 Codes (int8 in the stores): OTHER 0, CLS 1, SEP 2, PUNCT 3, PAD -1.
 RoBERTa: <s> is CLS, </s> is SEP. GPT-2 has one special token, <|endoftext|>: the corpora
 put it first (category CLS, the sequence start) and between/after segments (category SEP),
-so the same tables mean the same thing for every architecture.
+so the same tables mean the same thing for every architecture. A tokenizer without BOS
+(Qwen2/2.5/3) is laid out the same way with its EOS.
 PUNCT is "." and "," as whole pieces (Clark et al. 2019), with or without a leading
 word-boundary marker (GPT-2/RoBERTa "Ġ,").
 """
@@ -18,15 +19,18 @@ PUNCT_PIECES = {".", ","}
 
 
 def special_ids(tokenizer) -> tuple[int, int]:
-    """(start id, separator id) for a tokenizer: [CLS]/[SEP], <s>/</s>, or GPT-2's eos twice."""
-    start = tokenizer.cls_token_id if tokenizer.cls_token_id is not None else None
-    sep = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else None
-    if start is None:
-        start = tokenizer.bos_token_id
-    if sep is None:
-        sep = tokenizer.eos_token_id
+    """(start id, separator id) for a tokenizer: [CLS]/[SEP], <s>/</s>, BOS/EOS, or the EOS
+    twice where there is no BOS (GPT-2's <|endoftext|>; Qwen2/2.5/3 have `bos_token: null`
+    and add nothing before a text: here the EOS starts it, so that position 0 is a special
+    piece on every model)."""
+    first = (tokenizer.cls_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id)
+    start = next((token for token in first if token is not None), None)
+    sep = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
     if start is None or sep is None:
-        raise ValueError(f"tokenizer {tokenizer.name_or_path!r} has no start/separator token")
+        raise ValueError(
+            f"tokenizer {tokenizer.name_or_path!r} has neither a separator nor an end-of-text "
+            "token (sep_token, eos_token): the corpora cannot lay out a sequence"
+        )
     return int(start), int(sep)
 
 

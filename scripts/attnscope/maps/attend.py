@@ -190,10 +190,9 @@ def embedding_split(weights: CanonicalModel, inputs: dict, embed_parts: bool) ->
     """The embedding output (state 0) by component: word, position, type (learned ones, when
     `embed_parts`) or one `embed`; the embedding LayerNorm's scale from their sum."""
     ids = inputs["input_ids"][0]
-    n = ids.shape[0]
     pieces = {"word": weights.word_embeddings[ids] * weights.embedding_scale}
     if weights.position_embeddings is not None:
-        pieces["position"] = weights.position_embeddings[:n]
+        pieces["position"] = weights.position_rows(ids)
     if weights.token_type_embeddings is not None:
         types = inputs.get("token_type_ids")
         types = torch.zeros_like(ids) if types is None else types[0]

@@ -12,7 +12,7 @@ import seaborn as sns
 from matplotlib.ticker import MaxNLocator
 
 import attnscope.core.plotting  # noqa: F401  (the shared look; sets the Agg backend)
-from attnscope.core.plotting import heatmap_layer_kinds, layer_ticks
+from attnscope.core.plotting import heatmap_layer_ticks, layer_ticks
 
 CATEGORY_ORDER = ["CLS", "SEP", "punct", "other"]
 
@@ -41,6 +41,7 @@ def affine_singular_values(affine_singular_values: pd.DataFrame, title: str, see
     ends = table.groupby(["layer", "head"])["singular_value"].agg(["max", "min"])
     ratio = (ends["max"] / ends["min"]).unstack("head")
     sns.heatmap(ratio, ax=right, cmap="magma", cbar_kws={"label": "max / min singular value"})
+    heatmap_layer_ticks(right, ratio.index, kinds=table)
     right.set_title(f"all heads (smallest ratio {ratio.min().min():.2f})")
     fig.suptitle(title)
     fig.tight_layout()
@@ -83,7 +84,7 @@ def sep_heads(sep_heads: pd.DataFrame, title: str):
     for ax, (column, panel) in zip(axes, titles.items(), strict=True):
         grid = table.pivot(index="layer", columns="head", values=column)
         sns.heatmap(grid, ax=ax, cmap="Blues", cbar_kws={"label": column})
-        heatmap_layer_kinds(ax, grid.index, table)
+        heatmap_layer_ticks(ax, grid.index, kinds=table)
         ax.set_title(panel)
     fig.suptitle(title)
     fig.tight_layout()
@@ -128,7 +129,7 @@ def attention_sinks(attention_sinks: pd.DataFrame, title: str):
         grid = table.pivot(index="layer", columns="head", values=column)
         limits = {"vmin": 0, "vmax": 1} if centre is None else {"center": centre}
         sns.heatmap(grid, ax=ax, cmap=cmap, cbar_kws={"label": column}, **limits)
-        heatmap_layer_kinds(ax, grid.index, table)
+        heatmap_layer_ticks(ax, grid.index, kinds=table)
         ax.set_title(panel)
     fig.suptitle(title)
     fig.tight_layout()

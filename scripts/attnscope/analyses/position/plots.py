@@ -13,7 +13,7 @@ import seaborn as sns
 from matplotlib import pyplot as plt
 
 import attnscope.core.plotting  # noqa: F401  (the shared look; sets the Agg backend)
-from attnscope.core.plotting import heatmap_layer_kinds
+from attnscope.core.plotting import heatmap_layer_ticks
 from attnscope.core.tables import is_not_applicable
 
 
@@ -254,14 +254,35 @@ def pe_spectra_models(pe_spectrum: list[pd.DataFrame], models: list[str], title:
     return fig
 
 
+SWITCHED_OFF = "s^b constant in every head: q^b or k^b is 0 (e.g. a QK-norm weight of 0)"
+
+
 def rotary_positional_share(rotary_bands: pd.DataFrame, title: str):
-    """Band x layer heatmap of the positional share (R^2 of s^b on the offset), mean over
-    heads; bands ordered from the highest frequency (0) to the lowest, the unrotated band last."""
-    grid = rotary_bands.pivot_table(index="layer", columns="band", values="positional_share")
+    """Band x layer heatmap of the positional share (R^2 of s^b on the offset), mean over the
+    heads where s^b varies; bands ordered from the highest frequency (0) to the lowest, the
+    unrotated band last. A band constant in every head of a layer (positional_share NaN: its
+    q^b or k^b is 0, as where Gemma-3's QK-norm weight switches dimensions off) is hatched
+    grey and named in the legend; a band the layer does not have (a NoPE layer) stays blank."""
+    by_cell = rotary_bands.groupby(["layer", "band"])["positional_share"]
+    grid = by_cell.mean().unstack("band")  # NaN: every head constant, or no such band
+    switched = by_cell.agg(lambda share: bool(share.isna().all())).unstack("band")
+    switched = switched.reindex_like(grid).fillna(False).astype(bool)
     fig, ax = plt.subplots(figsize=(max(4.0, 0.25 * grid.shape[1] + 2), 0.35 * len(grid) + 1.6))
     sns.heatmap(grid, ax=ax, vmin=0, vmax=1, cmap="viridis", cbar_kws={"label": "R² on i − j"})
+    style = {"facecolor": "0.85", "edgecolor": "0.5", "hatch": "xxx", "linewidth": 0}
+    for row, column in zip(*np.nonzero(switched.to_numpy()), strict=True):
+        ax.add_patch(plt.Rectangle((column, row), 1, 1, **style))
+    if switched.to_numpy().any():  # below the band labels: 0.55 inch under the axes
+        below = 0.55 / (ax.get_position().height * fig.get_figheight())
+        ax.legend(
+            handles=[plt.Rectangle((0, 0), 1, 1, label=SWITCHED_OFF, **style)],
+            loc="upper left",
+            bbox_to_anchor=(0, -below),
+            fontsize="x-small",
+            frameon=False,
+        )
     ax.set(xlabel="band (0 = highest frequency)", ylabel="layer", title=title)
-    heatmap_layer_kinds(ax, grid.index, rotary_bands)
+    heatmap_layer_ticks(ax, grid.index, kinds=rotary_bands)
     return fig
 
 

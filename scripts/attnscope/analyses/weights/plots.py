@@ -12,7 +12,7 @@ import seaborn as sns
 
 import attnscope.core.plotting  # noqa: F401  (the shared look; sets the Agg backend)
 from attnscope.analyses.weights.behaviours import BEHAVIOURS
-from attnscope.core.plotting import heatmap_layer_kinds, layer_ticks
+from attnscope.core.plotting import heatmap_layer_ticks, layer_ticks
 
 CATEGORY_LABELS = {"CLS": "[CLS]", "SEP": "[SEP]", "punct": ". or ,", "other": "other"}
 
@@ -41,7 +41,7 @@ def relative_position(heads: pd.DataFrame, title: str):
             annot_kws={"size": 5},
             cbar=ax is axes[-1],
         )
-        heatmap_layer_kinds(ax, grid.index, heads)
+        heatmap_layer_ticks(ax, grid.index, kinds=heads)
         ax.set_title(f"attention to {panel}")
     fig.suptitle(f"Average attention to relative positions per head ({title})")
     return fig

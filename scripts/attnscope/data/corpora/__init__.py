@@ -11,6 +11,8 @@ A word that follows another word is tokenized with a leading space (" " + word),
 of a segment without one: byte-level BPE (GPT-2, RoBERTa) then sees the word as it would in
 running text, and WordPiece/SentencePiece are unaffected. Where the data say that no space
 precedes a word (UD `SpaceAfter=No`, multi-word tokens such as "did|n't", GAP text), it gets none.
+The data are text: a word that spells a special token of the tokenizer (WikiText's "<unk>" for
+Gemma's tokenizer) is split into ordinary pieces; only the texts kind keeps typed specials whole.
 
 `dropped` counts the sequences left out for length before n_sequences were collected.
 With mask_rate > 0, round(mask_rate * n) of the n non-special pieces of each sequence are

@@ -40,15 +40,18 @@ class Pieces:
         self, words: list[str], spaces: list[bool] | None = None, specials: bool = False
     ) -> list[list[int]]:
         """Pieces of each word; spaces[i]: a space precedes word i (default: all but the first).
-        With `specials`, a word that is one of the tokenizer's special tokens (a "[MASK]"
-        typed in a text) is that token's id alone, whatever the space before it."""
+        A word is text: one that spells a special token of the tokenizer (WikiText's "<unk>"
+        for a tokenizer whose unknown token is "<unk>", as Gemma's and Llama 2's) is split into
+        ordinary pieces, as a tokenizer without that special splits it. With `specials`, a
+        word that is one of the tokenizer's special tokens (a "[MASK]" typed in a text) is
+        that token's id alone, whatever the space before it."""
         if spaces is None:
             spaces = [i > 0 for i in range(len(words))]
         keys = [" " + w if s else w for w, s in zip(words, spaces, strict=True)]
         missing = list(dict.fromkeys(k for k in keys if k not in self.cache))
         if missing:
-            found = self.tokenizer(missing, add_special_tokens=False)["input_ids"]
-            self.cache.update(zip(missing, found, strict=True))
+            found = self.tokenizer(missing, add_special_tokens=False, split_special_tokens=True)
+            self.cache.update(zip(missing, found["input_ids"], strict=True))
         if specials:
             return [
                 [self.specials[w]] if w in self.specials else self.cache[k]

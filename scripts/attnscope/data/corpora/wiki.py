@@ -1,8 +1,9 @@
 """Kind wiki: WikiText-2 valid then test, as paragraph pairs.
 
 Blank and heading lines are skipped; " @-@ ", " @,@ ", " @.@ " are joined back ("60-year",
-"1,000", "0.7", as in the raw text); "<unk>" is kept as a word. Paragraphs i, i+1 of one
-article form [START] p_i [SEP] p_i+1 [SEP] (pairs (1,2), (3,4), ...; an article's odd last
+"1,000", "0.7", as in the raw text); "<unk>" (WikiText's mark of a rare word) is kept as a
+word, read as text (`layout.Pieces`): never a tokenizer's unknown token. Paragraphs i, i+1 of
+one article form [START] p_i [SEP] p_i+1 [SEP] (pairs (1,2), (3,4), ...; an article's odd last
 paragraph is left out). The longer segment loses its last word until the sequence has at most
 max_length pieces (on a tie the second); a pair with an emptied segment is dropped.
 """
