@@ -72,16 +72,27 @@ def test_local_and_global_layers_are_reported_apart(tmp_path):
         "n_layers": [1, 2], "n_rows": [4, 8], "alpha_first": [0.61, 0.39], "sink": [0.75, 0.25],
         "alpha_first_control": [0.5, 0.3], "sink_control": [0.5, 0.0],
     })  # fmt: skip
-    write(tmp_path, "wiki1024", "norms", "sink_stream_kinds", {
-        "attention": ["global", "global", "sliding", "sliding"], "window": [None, None, 512, 512],
-        "rope_theta": [1e6, 1e6, 1e4, 1e4], "bin": [9, 10, 9, 10],
-        "position_from": [256, 512, 256, 512], "position_to": [511, 1023, 511, 1023],
-        "n_layers": [1, 1, 2, 2], "n_rows": 4, "alpha_first": [0.5, 0.45, 0.3, 0.0],
-    })  # fmt: skip
+    write(
+        tmp_path,
+        "wiki1024",
+        "norms",
+        "sink_stream_kinds",
+        {
+            "attention": ["global", "global", "sliding"],
+            "window": [None, None, 512],
+            "rope_theta": [1e6, 1e6, 1e4],
+            "bin": [9, 10, 9],
+            "position_from": [256, 512, 256],
+            "position_to": [511, 1023, 511],
+            "n_layers": [1, 1, 2],
+            "n_rows": 4,
+            "alpha_first": [0.5, 0.45, 0.3],
+        },
+    )  # fmt: skip  (no sliding row past the window: its queries there cannot see position 0)
     lines = findings.findings(tmp_path, "m")
     assert lines.pop(1) == (
         "weight on the first position of queries 512–1023 (wiki1024): global layers (base "
-        "1e+06) 0.45; sliding layers (window 512, base 10000) 0.00"
+        "1e+06) 0.45; sliding layers (window 512, base 10000) none (past its window)"
     )
     assert lines[0] == (
         "weight on the first position by layer kind: global layers (base 1e+06) 0.61 (75% "

@@ -73,10 +73,11 @@ def sink_lines(results: Path, model: str) -> list[str]:
     if stream is not None and len(stream):
         last = stream[stream["bin"] == stream["bin"].max()]
         span = f"{int(last['position_from'].iloc[0])}–{int(last['position_to'].iloc[0])}"
-        parts = [
-            f"{label[8:] or 'every layer'} {rows['alpha_first'].iloc[0]:.2f}"
-            for label, rows in kinds_of(last)
-        ]
+        parts = []
+        for label, rows in kinds_of(stream):  # a sliding layer has no row past its window
+            row = rows[rows["bin"] == stream["bin"].max()]
+            value = f"{row['alpha_first'].iloc[0]:.2f}" if len(row) else "none (past its window)"
+            parts.append(f"{label[8:] or 'every layer'} {value}")
         lines.append(
             f"weight on the first position of queries {span} ({LONG_CORPUS}): " + "; ".join(parts)
         )
