@@ -69,7 +69,7 @@ def _kinds_by_layer(table: pd.DataFrame) -> pd.DataFrame | None:
 
 def _kinds_note(kinds: pd.DataFrame) -> str:
     windows = sorted({int(w) for w in kinds.loc[kinds["attention"] == SLIDING, "window"]})
-    return f"{GLOBAL_COLOUR}: global; others sliding, window {', '.join(map(str, windows))}"
+    return f"dark red: global; others sliding, window {', '.join(map(str, windows))}"
 
 
 def mark_global_layers(ax, table: pd.DataFrame, axis: str = "x") -> None:
