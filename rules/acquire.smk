@@ -18,6 +18,19 @@ rule acquire_model:
         "../scripts/acquire_model.py"
 
 
+rule model_layer_kinds:
+    input:
+        manifest=manifest,
+    output:
+        "results/{model}/model/layer_kinds.tsv",
+    log:
+        "results/{model}/logs/model_layer_kinds.log",
+    conda:
+        "../envs/model.yaml"
+    script:
+        "../scripts/model_layer_kinds.py"
+
+
 rule acquire_data:
     output:
         "resources/data/{dataset}/{filename}",

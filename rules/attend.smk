@@ -13,6 +13,7 @@ rule attend:
 
 rule attend_compute:
     input:
+        layer_kinds=layer_kinds,
         manifest=manifest,
         hidden_states=hidden_states,
     output:

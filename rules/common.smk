@@ -153,6 +153,12 @@ def manifest(wildcards):
     return f"results/{wildcards.model}/model/manifest.json"
 
 
+def layer_kinds(wildcards):
+    """The model's `layer_kinds.tsv` (rule model_layer_kinds): every per-layer table's kind
+    columns."""
+    return f"results/{wildcards.model}/model/layer_kinds.tsv"
+
+
 def hidden_states(wildcards):
     return f"results/{wildcards.model}/{wildcards.corpus}/hidden_states.h5"
 
@@ -185,6 +191,7 @@ def foundation_targets():
     corpora_read = sorted({c for name in FAMILIES for c in family_corpora(name)})
     return (
         expand("results/{model}/model/manifest.json", model=MODELS)
+        + expand("results/{model}/model/layer_kinds.tsv", model=MODELS)
         + expand("results/{model}/{corpus}/encoded.h5", model=MODELS, corpus=CORPORA)
         + expand(
             "results/{model}/{corpus}/hidden_states.h5",

@@ -43,6 +43,7 @@ rule mixing_shard:
 
 rule mixing_compute:
     input:
+        layer_kinds=layer_kinds,
         manifest=manifest,
         hidden_states=hidden_states,
         shards=MIXING_OUT.collected_shards(),
@@ -72,6 +73,7 @@ rule mixing_compute:
 # Presentation tables read back from maps.h5: their settings rerun only this step.
 rule mixing_tables:
     input:
+        layer_kinds=layer_kinds,
         manifest=manifest,
         encoded="results/{model}/{corpus}/encoded.h5",
         maps=MIXING_OUT.table("maps.h5"),
@@ -96,6 +98,7 @@ rule mixing_tables:
 # The decomposition carried through the whole depth; rollouts of the per-layer maps above.
 rule mixing_propagate:
     input:
+        layer_kinds=layer_kinds,
         manifest=manifest,
         hidden_states=hidden_states,
         maps=MIXING_OUT.table("maps.h5"),

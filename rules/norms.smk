@@ -23,6 +23,7 @@ rule norms:
 
 rule norms_affine:
     input:
+        layer_kinds=layer_kinds,
         manifest=manifest,
     output:
         NORMS_OUT.table("affine_singular_values.tsv", "model"),
@@ -68,6 +69,7 @@ rule norms_shard:
 
 rule norms_compute:
     input:
+        layer_kinds=layer_kinds,
         manifest=manifest,
         hidden_states=hidden_states,
         shards=NORMS_OUT.collected_shards(),
@@ -100,6 +102,7 @@ rule norms_compute:
 # massive dimensions and, for a causal LM, the loss with them zeroed or at their mean.
 rule norms_sink_card:
     input:
+        layer_kinds=layer_kinds,
         manifest=manifest,
         hidden_states=hidden_states,
         attention_sinks=NORMS_OUT.table("attention_sinks.tsv"),
@@ -110,6 +113,8 @@ rule norms_sink_card:
         kobayashi=NORMS_OUT.table("sink_kobayashi.tsv"),
         massive=NORMS_OUT.table("massive_dimensions.tsv"),
         intervention=NORMS_OUT.table("massive_intervention.tsv"),
+        kinds=NORMS_OUT.table("sink_kinds.tsv"),
+        stream_kinds=NORMS_OUT.table("sink_stream_kinds.tsv"),
     log:
         "results/{model}/{corpus}/logs/norms_sink_card.log",
     benchmark:

@@ -21,6 +21,7 @@ rule position:
 
 rule position_embeddings:
     input:
+        layer_kinds=layer_kinds,
         manifest=manifest,
         encoded=position_encoded,
     output:
@@ -36,6 +37,7 @@ rule position_embeddings:
 
 rule position_svd:
     input:
+        layer_kinds=layer_kinds,
         manifest=manifest,
     output:
         singular_values=POSITION_OUT.table("wa_singular_values.tsv", "model"),
@@ -80,6 +82,7 @@ rule position_shard:
 
 rule position_corpus:
     input:
+        layer_kinds=layer_kinds,
         manifest=manifest,
         hidden_states=hidden_states,
         shards=POSITION_OUT.collected_shards(),
@@ -110,6 +113,7 @@ rule position_corpus:
 
 rule position_clusters:
     input:
+        layer_kinds=layer_kinds,
         trt=POSITION_OUT.table("trt.tsv.gz"),
     output:
         shares=POSITION_OUT.table("trt_clusters.tsv"),
@@ -129,11 +133,13 @@ rule position_clusters:
 
 rule position_rotary:
     input:
+        layer_kinds=layer_kinds,
         manifest=manifest,
         hidden_states=hidden_states,
         trt=POSITION_OUT.table("trt.tsv.gz"),
     output:
         bands=POSITION_OUT.table("rotary_bands.tsv"),
+        ranking=POSITION_OUT.table("rotary_band_ranking.tsv"),
         offsets=POSITION_OUT.table("rotary_offsets.tsv"),
         heads=POSITION_OUT.table("rotary_positional_heads.tsv"),
         check=POSITION_OUT.table("decomposition_check.tsv"),

@@ -13,6 +13,7 @@ rule probing:
 rule probing_syntax:
     input:
         unpack(needed_tables("probing")),
+        layer_kinds=layer_kinds,
         manifest=manifest,
         hidden_states=hidden_states,
         encoded="results/{model}/{corpus}/encoded.h5",
@@ -41,6 +42,7 @@ rule probing_syntax:
 
 rule probing_probe:
     input:
+        layer_kinds=layer_kinds,
         features=PROBING_OUT.table("probe_features.h5"),
         encoded="results/{model}/{corpus}/encoded.h5",
     output:
@@ -67,6 +69,7 @@ rule probing_probe:
 rule probing_coref:
     input:
         unpack(needed_tables("probing")),
+        layer_kinds=layer_kinds,
         manifest=manifest,
         hidden_states=hidden_states,
         encoded="results/{model}/{corpus}/encoded.h5",

@@ -37,6 +37,7 @@ rule weights_shard:
 
 rule weights_stats:
     input:
+        layer_kinds=layer_kinds,
         manifest=manifest,
         hidden_states=hidden_states,
         shards=WEIGHTS_OUT.collected_shards(),
@@ -61,6 +62,7 @@ rule weights_stats:
 
 rule weights_distances:
     input:
+        layer_kinds=layer_kinds,
         manifest=manifest,
         hidden_states=hidden_states,
         heads=WEIGHTS_OUT.table("heads.tsv"),
@@ -96,6 +98,7 @@ rule weights_distances:
 
 rule weights_gradients:
     input:
+        layer_kinds=layer_kinds,
         manifest=manifest,
         hidden_states=hidden_states,
     output:

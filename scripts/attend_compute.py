@@ -3,7 +3,6 @@ what lifts the attended keys and the named key classes, per component pair and r
 
 from attnscope.analyses.attend.corpus_pass import corpus_pass
 from attnscope.analyses.attend.settings import AttendSettings
-from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates
 from attnscope.core.tables import not_applicable
 from attnscope.pipeline.job import Job
@@ -13,12 +12,13 @@ log, settings, output = job.log, job.settings(AttendSettings), job.output
 loaded = job.model()
 with HiddenStates(job.input.hidden_states) as store:
     sums, check = corpus_pass(store, loaded.weights, loaded.model, settings, log)
-write_table(sums.lift_table(settings.top_k, classes=False), output.lift)
-write_table(sums.lift_table(settings.top_k, classes=True), output.key_classes)
+job.write_table(sums.lift_table(settings.top_k, classes=False), output.lift)
+job.write_table(sums.lift_table(settings.top_k, classes=True), output.key_classes)
 rotary = any(layer.rotary is not None for layer in loaded.weights.outline)  # no layer read
-write_table(sums.band_table() if rotary else not_applicable("no rotary embedding"), output.bands)
+bands = sums.band_table() if rotary else not_applicable("no rotary embedding")
+job.write_table(bands, output.bands)
 learned = bool(sums.trt)  # the split has embed.position: learned absolute positions
 trt = sums.trt_table() if learned else not_applicable("no learned position embeddings")
-write_table(trt, output.trt_terms)
-write_table(check, output.decomposition_check)
+job.write_table(trt, output.trt_terms)
+job.write_table(check, output.decomposition_check)
 log.info("wrote the attend tables of %s", job.wildcards.model)

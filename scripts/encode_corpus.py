@@ -1,11 +1,17 @@
 """Encode one configured corpus for one model's tokenizer into encoded.h5."""
 
+from attnscope.architectures import architecture
 from attnscope.core.store import write_encoded
 from attnscope.data.corpora import encode_corpus
 from attnscope.pipeline.job import Job
+from attnscope.pipeline.user_config import cut_to_context
 
 job = Job(snakemake)
-settings = dict(job.params.settings)
+manifest = job.manifest
+limit = architecture(manifest["model_type"]).max_positions(manifest["config"])
+settings = cut_to_context(dict(job.params.settings), limit)
+if settings["max_length"] < job.params.settings["max_length"]:
+    job.log.info("max_length cut to the model's %d positions (cut_to_context)", limit)
 kind = settings["kind"]
 corpus = encode_corpus(kind, list(job.input.data), job.tokenizer(), settings)
 write_encoded(job.output[0], corpus)

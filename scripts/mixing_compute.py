@@ -3,7 +3,6 @@ all layers in one job, one layer shard's (rule mixing_shard), or the shards gath
 
 from attnscope.analyses.mixing.corpus_pass import corpus_pass
 from attnscope.analyses.mixing.settings import MixingSettings
-from attnscope.core.files import write_table
 from attnscope.core.store import analysed_layers
 from attnscope.core.tables import layer_rows
 from attnscope.pipeline.job import Job
@@ -20,7 +19,7 @@ def analyse(loaded, store, maps, layers):
 result = sharded_analysis(job, analyse)
 if result is not None:
     layers = analysed_layers(job.input.hidden_states)
-    write_table(layer_rows(result.ratios.table(), layers), output.mixing_ratio)
-    write_table(layer_rows(result.rsa.table(), layers), output.rsa)
-    write_table(result.check, output.decomposition_check)
+    job.write_table(layer_rows(result.ratios.table(), layers), output.mixing_ratio)
+    job.write_table(layer_rows(result.rsa.table(), layers), output.rsa)
+    job.write_table(result.check, output.decomposition_check)
     job.log.info("wrote the mixing tables and %s", output.maps)

@@ -3,7 +3,6 @@ and the prediction's attribution, of one model on one corpus."""
 
 from attnscope.analyses.mixing.depth_pass import depth_pass
 from attnscope.analyses.mixing.settings import MixingSettings
-from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates, atomic_h5, open_store
 from attnscope.pipeline.job import Job
 
@@ -21,8 +20,8 @@ with (
     result = depth_pass(
         store, loaded.weights, loaded.model, propagated, layer_maps, prediction, settings, log
     )
-write_table(result.mixing, output.propagated_mixing)
-write_table(result.rollout, output.rollout)
-write_table(result.prediction, output.prediction)
-write_table(result.check, output.propagation_check)
+job.write_table(result.mixing, output.propagated_mixing)
+job.write_table(result.rollout, output.rollout)
+job.write_table(result.prediction, output.prediction)
+job.write_table(result.check, output.propagation_check)
 log.info("wrote the propagation tables and %s", output.propagated)

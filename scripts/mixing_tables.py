@@ -1,7 +1,6 @@
 """The FF block's piece pairs and one sequence's scope maps, read back from maps.h5."""
 
 from attnscope.analyses.mixing.tables import example_maps_table, ff_pairs_table
-from attnscope.core.files import write_table
 from attnscope.core.store import open_store
 from attnscope.pipeline.job import Job
 
@@ -17,6 +16,6 @@ with open_store(job.input.maps, "mixing_compute") as maps:
     example = example_maps_table(
         maps, input_ids, attention_mask, params.example_sequence, params.example_tokens, token_of
     )
-write_table(pairs, job.output.ff_pairs)
-write_table(example, job.output.example_maps)
+job.write_table(pairs, job.output.ff_pairs)
+job.write_table(example, job.output.example_maps)
 job.log.info("wrote %s and %s", job.output.ff_pairs, job.output.example_maps)

@@ -3,7 +3,6 @@ all layers in one job, one layer shard's (rule norms_shard), or the shards gathe
 
 from attnscope.analyses.norms.corpus_pass import corpus_pass
 from attnscope.analyses.norms.settings import NormsSettings
-from attnscope.core.files import write_table
 from attnscope.core.store import analysed_layers
 from attnscope.core.tables import layer_rows
 from attnscope.pipeline.job import Job
@@ -28,5 +27,5 @@ if result is not None:
             table = table[table["n_sequences"] > 0]
         else:
             table = layer_rows(table, layers)
-        write_table(table, job.output[name])
+        job.write_table(table, job.output[name])
     job.log.info("wrote %d tables and %s", len(tables), job.output.maps)

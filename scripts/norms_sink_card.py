@@ -19,7 +19,7 @@ from attnscope.analyses.norms.sink_card import (
     sink_stream,
 )
 from attnscope.core import files
-from attnscope.core.files import write_table
+from attnscope.core.layer_kinds import kind_summary, read_layer_kinds, with_layer_kinds
 from attnscope.core.store import TOKEN_ARRAYS, HiddenStates
 from attnscope.core.tables import not_applicable
 from attnscope.pipeline.extract import ExtractSettings
@@ -46,17 +46,25 @@ with HiddenStates(job.input.hidden_states) as store:
                 control_store, weights, params.sink_positions, batch_size, device
             )
     heads = sink_heads(found, control, params.sink_epsilon)
-    write_table(heads, output.heads)
-    write_table(sink_epsilon(heads, params.sink_epsilon, params.sink_positions), output.epsilon)
-    write_table(sink_stream(found, store.length), output.stream)
+    job.write_table(heads, output.heads)
+    job.write_table(sink_epsilon(heads, params.sink_epsilon, params.sink_positions), output.epsilon)
+    stream = sink_stream(found, store.length)
+    job.write_table(stream, output.stream)
     sinks = pd.read_csv(job.input.attention_sinks, sep="\t")
-    write_table(kobayashi_summary(sinks), output.kobayashi)
+    job.write_table(kobayashi_summary(sinks), output.kobayashi)
+    # local (sliding) and global layers apart (`core.layer_kinds.kind_summary`)
+    kinds = read_layer_kinds(job.input.layer_kinds)
+    columns = ["alpha_first", "sink", "alpha_first_control", "sink_control"]
+    job.write_table(kind_summary(with_layer_kinds(heads, kinds), columns), output.kinds)
+    by_bin = ("bin", "position_from", "position_to")
+    stream_kinds = kind_summary(with_layer_kinds(stream, kinds), ["alpha_first"], by_bin)
+    job.write_table(stream_kinds, output.stream_kinds)
 
     hidden = ((s, store.hidden(s)) for s in range(weights.n_layers + 1))
     massive = massive_dimensions(
         hidden, store.attention_mask, store.input_ids, tokenizer.convert_ids_to_tokens
     )
-    write_table(massive, output.massive)
+    job.write_table(massive, output.massive)
     log.info("%d massive entries in %d states", len(massive), massive["state"].nunique())
     if loaded.manifest.get("lm_head") != "causal" or loaded.head is None:
         intervention = not_applicable("no causal LM head")
@@ -64,5 +72,5 @@ with HiddenStates(job.input.hidden_states) as store:
         intervention = massive_intervention(
             store, massive, weights, loaded.head, batch_size, device
         )
-    write_table(intervention, output.intervention)
+    job.write_table(intervention, output.intervention)
 log.info("wrote the sink card of %s", job.wildcards.model)

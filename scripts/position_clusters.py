@@ -3,7 +3,6 @@
 import pandas as pd
 
 from attnscope.analyses.position.diagonals import cluster_profiles
-from attnscope.core.files import write_table
 from attnscope.pipeline.job import Job
 
 job = Job(snakemake)
@@ -11,5 +10,5 @@ params = job.params
 trt = pd.read_csv(job.input.trt, sep="\t")
 shares, centres = cluster_profiles(trt, params.n_clusters, params.seed)
 job.log.info("%d vectors in %d clusters", len(trt) // trt["t"].nunique(), centres["cluster"].max())
-write_table(shares, job.output.shares)
-write_table(centres, job.output.centres)
+job.write_table(shares, job.output.shares)
+job.write_table(centres, job.output.centres)

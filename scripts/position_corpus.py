@@ -7,7 +7,6 @@ from attnscope.analyses.position import corpus_pass as position_pass
 from attnscope.analyses.position.diagonals import select_heads
 from attnscope.analyses.position.settings import PositionSettings
 from attnscope.core import checks
-from attnscope.core.files import write_table
 from attnscope.core.store import analysed_layers
 from attnscope.core.tables import layer_rows, not_applicable
 from attnscope.pipeline.job import Job
@@ -23,7 +22,7 @@ table_layers = analysed_layers(job.input.hidden_states)  # the rows the tables k
 
 def write(table, path):
     """Write a table with the rows of the layers the store was made for."""
-    write_table(layer_rows(table, table_layers), path)
+    job.write_table(layer_rows(table, table_layers), path)
 
 
 def analyse(loaded, store, maps, layers):

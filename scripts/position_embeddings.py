@@ -8,7 +8,6 @@ from attnscope.analyses.position.embeddings import (
     first_full_input,
     pca_cumulative_variance,
 )
-from attnscope.core.files import write_table
 from attnscope.core.tables import not_applicable
 from attnscope.pipeline.job import Job
 
@@ -34,5 +33,5 @@ else:
             log.info(
                 "cumulative variance at %d components: %.4f", k, pca.cumulative_variance[k - 1]
             )
-write_table(spectra, job.output.spectrum)
-write_table(pca, job.output.pca)
+job.write_table(spectra, job.output.spectrum)
+job.write_table(pca, job.output.pca)

@@ -6,7 +6,7 @@ import pandas as pd
 
 from attnscope.analyses.position import rotary
 from attnscope.core import checks
-from attnscope.core.files import write_table
+from attnscope.core.layer_kinds import read_layer_kinds, with_layer_kinds
 from attnscope.core.store import HiddenStates
 from attnscope.core.tables import layer_rows, not_applicable
 from attnscope.pipeline.job import Job
@@ -19,7 +19,7 @@ if not weights.rotary:
     log.info("%s has learned position embeddings: no rotary bands", loaded.manifest["name"])
     skipped = not_applicable("learned position embeddings (no rotary bands)")
     for path in output:
-        write_table(skipped, path)
+        job.write_table(skipped, path)
 else:
     with HiddenStates(job.input.hidden_states) as store:
         result = rotary.rotary_pass(
@@ -35,10 +35,13 @@ else:
     for layer in chosen:
         worst = result.residual_abs[layer - 1], result.residual[layer - 1]
         residuals.record(layer, "bands", *map(float, worst))
-    write_table(residuals.table(), output.check)
+    job.write_table(residuals.table(), output.check)
     offsets = layer_rows(rotary.offset_table(result), chosen)
-    write_table(layer_rows(rotary.band_table(result), chosen), output.bands)
-    write_table(offsets, output.offsets)
+    kinds = read_layer_kinds(job.input.layer_kinds)
+    bands = with_layer_kinds(layer_rows(rotary.band_table(result), chosen), kinds)
+    job.write_table(bands, output.bands)
+    job.write_table(rotary.band_ranking(bands), output.ranking)
+    job.write_table(offsets, output.offsets)
     heads = rotary.positional_heads(pd.read_csv(job.input.trt, sep="\t"), lengths)
     log.info("positional heads (layer, head, behaviour): %s", heads.to_numpy().tolist())
     pairs = list(heads[["layer", "head"]].itertuples(index=False, name=None))
@@ -47,4 +50,4 @@ else:
         table = heads.merge(by_band, on=["layer", "head"])
     else:
         table = not_applicable("no head puts over half its attention on the previous token or self")
-    write_table(table, output.heads)
+    job.write_table(table, output.heads)

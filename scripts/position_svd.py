@@ -10,7 +10,6 @@ from attnscope.analyses.position.bilinear import (
     wa_singular_value_table,
 )
 from attnscope.analyses.position.rotary import band_singular_value_table
-from attnscope.core.files import write_table
 from attnscope.core.tables import not_applicable
 from attnscope.pipeline.job import Job
 
@@ -29,5 +28,5 @@ else:
         angles.append(rotation_table(form, l + 1))
         log.info("layer %d: largest singular value %.4g", l + 1, float(form.S.max()))
     singular, angles = pd.concat(singular), pd.concat(angles)
-write_table(singular, job.output.singular_values)
-write_table(angles, job.output.angles)
+job.write_table(singular, job.output.singular_values)
+job.write_table(angles, job.output.angles)

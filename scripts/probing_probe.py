@@ -1,7 +1,6 @@
 """Attention probes (Clark et al. 2019, section 5): trained on EWT dev, UAS on EWT test."""
 
 from attnscope.analyses.probing.probe import ProbeTraining, probe_tables
-from attnscope.core.files import write_table
 from attnscope.core.store import read_meta
 from attnscope.pipeline.job import Job
 
@@ -14,6 +13,6 @@ probe, curve = probe_tables(
     ProbeTraining(params.seed, params.epochs, params.learning_rate, tuple(params.learning_curve)),
     log=log,
 )
-write_table(probe, output.probe)
-write_table(curve, output.curve)
+job.write_table(probe, output.probe)
+job.write_table(curve, output.curve)
 log.info("wrote %s and %s", output.probe, output.curve)

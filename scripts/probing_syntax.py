@@ -2,7 +2,6 @@
 
 from attnscope.analyses.probing.corpus_pass import syntax_pass
 from attnscope.analyses.probing.settings import ProbingSettings
-from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates, atomic_h5, read_meta
 from attnscope.pipeline.job import Job
 
@@ -15,8 +14,8 @@ with (
 ):
     metas = read_meta(job.input.encoded)
     heads, best = syntax_pass(store, loaded.weights, metas, settings, features, mixing, job.log)
-write_table(heads, output.heads)
-write_table(best, output.best)
+job.write_table(heads, output.heads)
+job.write_table(best, output.best)
 job.log.info(
     "wrote %s (%d rows), %s and %s", output.heads, len(heads), output.best, output.features
 )

@@ -8,7 +8,6 @@ import pandas as pd
 
 from attnscope.analyses.weights import head_distances as hd
 from attnscope.analyses.weights.behaviours import behaviour
-from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates
 from attnscope.pipeline.job import Job
 
@@ -28,7 +27,7 @@ embedding = hd.mds_embedding(D, params.seed, params.mds_n_init, params.mds_max_i
 clusters, Z = hd.cluster_heads(D, params.cluster_method, params.n_clusters)
 heads = pd.read_csv(job.input.heads, sep="\t")
 labels = behaviour(heads, params.broad_entropy, params.special_mass, params.position_mass)
-write_table(hd.distance_table(D, L, H), output.distances)
-write_table(hd.head_map_table(embedding, clusters, labels, L, H), output.head_map)
-write_table(hd.linkage_table(Z), output.linkage)
+job.write_table(hd.distance_table(D, L, H), output.distances)
+job.write_table(hd.head_map_table(embedding, clusters, labels, L, H), output.head_map)
+job.write_table(hd.linkage_table(Z), output.linkage)
 log.info("wrote %s, %s and %s", output.distances, output.head_map, output.linkage)

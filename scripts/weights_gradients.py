@@ -5,7 +5,6 @@ from pathlib import Path
 
 from attnscope.analyses.weights.gradients import not_applicable
 from attnscope.analyses.weights.settings import GradientSettings
-from attnscope.core.files import write_table
 from attnscope.core.store import HiddenStates
 from attnscope.pipeline.job import Job
 
@@ -18,5 +17,5 @@ with HiddenStates(job.input.hidden_states) as store:
     else:
         loaded = job.model(with_head=True)
         table = loaded.gradient_importance(store, Path(out).parent, settings, log)
-write_table(table, out)
+job.write_table(table, out)
 log.info("wrote %s", out)

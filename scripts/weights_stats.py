@@ -2,7 +2,6 @@
 all layers in one job, one layer shard's (rule weights_shard), or the shards gathered."""
 
 from attnscope.analyses.weights.statistics import accumulate_statistics
-from attnscope.core.files import write_table
 from attnscope.core.store import analysed_layers
 from attnscope.core.tables import layer_rows
 from attnscope.pipeline.job import Job
@@ -21,6 +20,6 @@ accumulator = sharded_analysis(job, analyse)
 if accumulator is not None:
     heads, layers = accumulator.tables()
     chosen = analysed_layers(job.input.hidden_states)
-    write_table(layer_rows(heads, chosen), output.heads)
-    write_table(layer_rows(layers, chosen), output.layers)
+    job.write_table(layer_rows(heads, chosen), output.heads)
+    job.write_table(layer_rows(layers, chosen), output.layers)
     log.info("wrote %s and %s", output.heads, output.layers)

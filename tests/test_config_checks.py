@@ -15,13 +15,14 @@ from attnscope.pipeline.config_checks import (
     check_every_layer,
     check_integer_settings,
     check_model_corpora,
+    check_models,
     check_position_heads,
     check_texts,
     check_view_sequences,
     float_integers,
 )
 from attnscope.pipeline.outputs import families
-from attnscope.pipeline.user_config import corpus_for_model
+from attnscope.pipeline.user_config import corpus_for_model, cut_to_context
 
 ROOT = Path(__file__).parents[1]
 SCHEMA = ROOT / "config" / "schema.yaml"
@@ -175,3 +176,20 @@ def test_a_repeated_random_corpus_is_checked_before_any_job():
     with pytest.raises(ConfigError, match=r"corpora\.rep\.length is 300: .* at most 512 posi"):
         check_repeated_model(config, "minilm-l6", None, 512)
     check_repeated_model(config, "minilm-l6", None, 1024)
+
+
+def test_a_corpus_cut_to_context_fits_a_shorter_model():
+    """The default wiki1024 (1,024 pieces, cut_to_context) on MiniLM (512 positions): read cut
+    to 512 instead of stopping the run; without cut_to_context the check names the corpus,
+    the model and both fixes."""
+    settings = {"kind": "wiki_windows", "max_length": 1024, "cut_to_context": True}
+    assert cut_to_context(settings, 512)["max_length"] == 512
+    assert cut_to_context(settings, 8192) == settings
+    assert cut_to_context(settings | {"cut_to_context": False}, 512)["max_length"] == 1024
+    config = default_config()
+    assert config["corpora"]["wiki1024"]["cut_to_context"] is True
+    check_models(config, [])
+    config["corpora"]["wiki1024"]["cut_to_context"] = False
+    message = r"corpora.wiki1024.max_length is 1024 for model 'minilm-l6'.*cut_to_context: true"
+    with pytest.raises(ConfigError, match=message):
+        check_models(config, [])

@@ -100,3 +100,33 @@ def test_layer_shards_files_are_planned_beside_the_maps(tmp_path):
         sizes[f"{norms}/shards/1.h5"] + sizes[f"{norms}/shards/2.h5"]
         == sizes[f"{norms}/attn_n_maps.h5"]
     )
+
+
+def test_a_corpus_cut_to_context_is_sized_at_the_models_length(tmp_path):
+    """The default wiki1024 (cut_to_context) on MiniLM (512 positions): planned exactly as a
+    corpus of 512 pieces, not 1,024."""
+    import yaml
+    from snakemake.utils import validate
+
+    from attnscope.pipeline.disk_estimate import planned_files
+    from attnscope.pipeline.outputs import families
+
+    root = Path(__file__).parents[1]
+    config = yaml.safe_load((root / "config/config.yaml").read_text())
+    validate(config, str(root / "config/schema.yaml"))
+    config["models"] = {"minilm-l6": config["models"]["minilm-l6"]}
+    results = tmp_path / "results"
+
+    def sizes(corpus: dict) -> dict:
+        corpora = dict(config["corpora"], wiki1024=corpus)
+        planned = planned_files(dict(config, corpora=corpora), families(), results)
+        folder = results / "minilm-l6/wiki1024"
+        return {
+            p.path.relative_to(folder).as_posix(): p.size
+            for p in planned
+            if folder in p.path.parents
+        }
+
+    cut = sizes(config["corpora"]["wiki1024"])
+    assert cut["hidden_states.h5"] > 0 and cut["norms/attn_n_maps.h5"] > 0
+    assert cut == sizes(dict(config["corpora"]["wiki1024"], max_length=512, cut_to_context=False))

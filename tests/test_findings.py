@@ -56,6 +56,55 @@ def test_the_lines_state_what_the_tables_hold(tmp_path):
     assert len(lines) == 6  # no mixing table: no mixing line
 
 
+def test_local_and_global_layers_are_reported_apart(tmp_path):
+    """Gemma-3's kinds: band 0 is the most positional of the sliding layers (base 1e4), band 1
+    of the global ones (base 1e6); pooled, band 0 would lead for both. The sink card's kinds
+    give one line with each kind's weight on the first position."""
+    findings = load_tool()
+    write(tmp_path, "wiki512", "position", "rotary_bands", {
+        "layer": [1, 1, 2, 2, 3, 3], "head": 1, "band": [0, 1, 0, 1, 0, 1],
+        "positional_share": [0.9, 0.1, 0.2, 0.3, 0.7, 0.2],
+        "attention": ["sliding", "sliding", "global", "global", "sliding", "sliding"],
+        "window": [512, 512, None, None, 512, 512], "rope_theta": [1e4, 1e4, 1e6, 1e6, 1e4, 1e4],
+    })  # fmt: skip
+    write(tmp_path, "wiki", "norms", "sink_kinds", {
+        "attention": ["global", "sliding"], "window": [None, 512], "rope_theta": [1e6, 1e4],
+        "n_layers": [1, 2], "n_rows": [4, 8], "alpha_first": [0.61, 0.39], "sink": [0.75, 0.25],
+        "alpha_first_control": [0.5, 0.3], "sink_control": [0.5, 0.0],
+    })  # fmt: skip
+    write(
+        tmp_path,
+        "wiki1024",
+        "norms",
+        "sink_stream_kinds",
+        {
+            "attention": ["global", "global", "sliding"],
+            "window": [None, None, 512],
+            "rope_theta": [1e6, 1e6, 1e4],
+            "bin": [9, 10, 9],
+            "position_from": [256, 512, 256],
+            "position_to": [511, 1023, 511],
+            "n_layers": [1, 1, 2],
+            "n_rows": 4,
+            "alpha_first": [0.5, 0.45, 0.3],
+        },
+    )  # fmt: skip  (no sliding row past the window: its queries there cannot see position 0)
+    lines = findings.findings(tmp_path, "m")
+    assert lines.pop(1) == (
+        "weight on the first position of queries 512–1023 (wiki1024): global layers (base "
+        "1e+06) 0.45; sliding layers (window 512, base 10000) none (past its window)"
+    )
+    assert lines[0] == (
+        "weight on the first position by layer kind: global layers (base 1e+06) 0.61 (75% "
+        "sinks); sliding layers (window 512, base 10000) 0.39 (25% sinks)"
+    )
+    assert lines[1].startswith("most positional rotary bands of the global layers (base 1e+06)")
+    assert lines[1].endswith("band 1 (0.30), band 0 (0.20)")
+    assert "of the sliding layers (window 512, base 10000)" in lines[2]
+    assert lines[2].endswith("band 0 (0.80), band 1 (0.15)")
+    assert len(lines) == 3
+
+
 def test_the_attend_lines_name_the_head_and_its_largest_components(tmp_path):
     """Two heads lift the first position (2.0 and 5.0): the line names the second, its query
     component of largest |lift| (a negative one) and its key component of largest lift."""

@@ -340,6 +340,53 @@ def test_decoders_run_every_rule(decoder_run):
         np.testing.assert_allclose(bands[totals.index], totals["lift"], atol=1e-4 * scale)
 
 
+def test_layer_kinds_reach_every_per_layer_table(decoder_run):
+    """Gemma-2 (conftest: layer 1 slides with window 4, layer 2 is global, base 1e4): its
+    layer_kinds.tsv, the kind columns after the own columns of the per-layer tables, the sink
+    card's kinds apart (a sliding layer's stream has no row from query 4 on: it cannot see the
+    first position there),
+    and the rotary bands ranked within each kind. Llama: one global kind."""
+    from conftest import WINDOW
+
+    workdir, _ = decoder_run
+    kinds_columns = ["attention", "window", "rope_theta"]
+    results = workdir / "results/gemma2"
+    kinds = pd.read_csv(results / "model/layer_kinds.tsv", sep="\t")
+    assert kinds.columns.tolist() == ["layer", *kinds_columns]
+    assert kinds["attention"].tolist() == ["sliding", "global"]
+    assert kinds["window"].tolist()[0] == WINDOW and np.isnan(kinds["window"][1])
+    assert kinds["rope_theta"].tolist() == [1e4, 1e4]
+    for table in (
+        "wiki/weights/heads.tsv",
+        "wiki/weights/layers.tsv",
+        "wiki/norms/attention_sinks.tsv",
+        "wiki/norms/sink_heads.tsv",
+        "wiki/mixing/mixing_ratio.tsv",
+        "wiki512/position/rotary_bands.tsv",
+        "ewt/probing/syntax_heads.tsv",
+    ):
+        rows = pd.read_csv(results / table, sep="\t")
+        assert rows.columns.tolist()[-3:] == kinds_columns, table
+        layered = pd.to_numeric(rows["layer"], errors="coerce").notna()
+        by_layer = kinds.set_index("layer")["attention"]
+        numbers = rows.loc[layered, "layer"].astype(int)
+        assert (rows.loc[layered, "attention"] == numbers.map(by_layer)).all(), table
+        assert rows.loc[~layered, "attention"].isna().all(), table
+    sinks = pd.read_csv(results / "wiki/norms/sink_kinds.tsv", sep="\t")
+    assert sinks["attention"].tolist() == ["global", "sliding"]
+    assert sinks["n_layers"].tolist() == [1, 1] and sinks["n_rows"].tolist() == [4, 4]
+    stream = pd.read_csv(results / "wiki/norms/sink_stream_kinds.tsv", sep="\t")
+    # a sliding layer's queries past its window cannot see the first position: no row counted
+    assert (stream.loc[stream["attention"] == "sliding", "position_to"] < WINDOW).all()
+    beyond = stream[stream["position_from"] >= WINDOW]
+    assert set(beyond["attention"]) == {"global"} and (beyond["alpha_first"] > 0).all()
+    ranking = pd.read_csv(results / "wiki512/position/rotary_band_ranking.tsv", sep="\t")
+    for _, group in ranking.groupby("attention"):
+        assert sorted(group["rank"]) == list(range(1, len(group) + 1))
+    llama = pd.read_csv(workdir / "results/llama/model/layer_kinds.tsv", sep="\t")
+    assert set(llama["attention"]) == {"global"} and llama["window"].isna().all()
+
+
 def test_decoders_carry_the_decomposition_to_the_next_token(decoder_run):
     """GPT-2 and the rotary decoders: the propagated split through every layer and into the
     next-token logit at each sequence's last text piece (wiki: START a SEP b SEP, so the one

@@ -4,8 +4,9 @@
 
 Prints Markdown bullets (the README's "What the default run finds" is this output for the
 default run): the attention-sink card (Sink^eps with its control, the first position's weight
-and norm share by depth, Sun et al.'s massive dimensions and the intervention's losses), the
-most positional rotary bands, the mixing ratio by depth and, from the attend family, the
+and norm share by depth, by layer kind and past a 512-piece window on wiki1024, Sun et al.'s
+massive dimensions and the intervention's losses), the most positional rotary bands of each
+layer kind, the mixing ratio by depth and, from the attend family, the
 components that make the heads look at the first position and at the previous token. A table
 the run did not make (a family switched off, an encoder without rotary bands) is left out of
 the lines.
@@ -19,11 +20,15 @@ from pathlib import Path
 import pandas as pd
 
 CORPORA = {"norms": "wiki", "position": "wiki512", "mixing": "wiki_masked", "attend": "wiki"}
+LONG_CORPUS = "wiki1024"  # the sink card's stream past a 512-piece sliding window
 
 
-def table(results: Path, model: str, family: str, name: str) -> pd.DataFrame | None:
-    """results/<model>/<corpus>/<family>/<name>.tsv of the default corpus, or None."""
-    path = results / model / CORPORA[family] / family / f"{name}.tsv"
+def table(
+    results: Path, model: str, family: str, name: str, corpus: str = ""
+) -> pd.DataFrame | None:
+    """results/<model>/<corpus>/<family>/<name>.tsv of the family's default corpus (or of
+    `corpus`), or None."""
+    path = results / model / (corpus or CORPORA[family]) / family / f"{name}.tsv"
     return pd.read_csv(path, sep="\t") if path.exists() else None
 
 
@@ -56,6 +61,26 @@ def sink_lines(results: Path, model: str) -> list[str]:
         lines.append(
             "its share of Σ‖αf(x)‖ (Kobayashi's view): " + by_depth(per_layer["norm_share"], every)
         )
+    kinds = table(results, model, "norms", "sink_kinds")
+    if kinds is not None and len(kinds) > 1:  # local and global layers apart
+        parts = [
+            f"{kind_label(*row[KINDS])[8:]} {row['alpha_first']:.2f} "
+            f"({100 * row['sink']:.0f}% sinks)"
+            for _, row in kinds.iterrows()
+        ]
+        lines.append("weight on the first position by layer kind: " + "; ".join(parts))
+    stream = table(results, model, "norms", "sink_stream_kinds", LONG_CORPUS)
+    if stream is not None and len(stream):
+        last = stream[stream["bin"] == stream["bin"].max()]
+        span = f"{int(last['position_from'].iloc[0])}–{int(last['position_to'].iloc[0])}"
+        parts = []
+        for label, rows in kinds_of(stream):  # a sliding layer has no row past its window
+            row = rows[rows["bin"] == stream["bin"].max()]
+            value = f"{row['alpha_first'].iloc[0]:.2f}" if len(row) else "none (past its window)"
+            parts.append(f"{label[8:] or 'every layer'} {value}")
+        lines.append(
+            f"weight on the first position of queries {span} ({LONG_CORPUS}): " + "; ".join(parts)
+        )
     massive = table(results, model, "norms", "massive_dimensions")
     if massive is not None and len(massive):
         dims = massive.groupby("dim")["value"].apply(lambda v: v.abs().max())
@@ -79,15 +104,41 @@ def sink_lines(results: Path, model: str) -> list[str]:
     return lines
 
 
+KINDS = ["attention", "window", "rope_theta"]  # the layer kind columns of per-layer tables
+
+
+def kind_label(attention: str, window: float, theta: float) -> str:
+    """' of the sliding layers (window 512, base 10000)', ' of the global layers (base 1e+06)'."""
+    parts = ([f"window {int(window)}"] if attention == "sliding" else []) + (
+        [f"base {theta:g}"] if theta == theta else []  # NaN: no rotation
+    )
+    return f" of the {attention} layers" + (f" ({', '.join(parts)})" if parts else "")
+
+
+def kinds_of(rows: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """[(label, rows of one layer kind)] where the table holds several kinds (Gemma-3's
+    sliding and global layers), else [("", rows)]: one kind needs no label."""
+    if not set(KINDS) <= set(rows) or len(rows.drop_duplicates(KINDS)) < 2:
+        return [("", rows)]
+    groups = rows.groupby(KINDS, dropna=False, sort=True)
+    return [(kind_label(*kind), group) for kind, group in groups]
+
+
 def position_lines(results: Path, model: str) -> list[str]:
+    """The most positional bands, within each layer kind: band b of one rotary base turns at
+    another rate than band b of another, so bands are never pooled across kinds."""
     bands = table(results, model, "position", "rotary_bands")
     if bands is None or "band" not in bands:  # not made, or "not applicable" (an encoder)
         return []
-    share = bands.groupby("band")["positional_share"].mean().sort_values(ascending=False)
-    top = ", ".join(f"band {b} ({s:.2f})" for b, s in share.head(3).items())
-    return [
-        f"most positional rotary bands (R² of the band's score on i − j, mean over heads): {top}"
-    ]
+    lines = []
+    for label, rows in kinds_of(bands):
+        share = rows.groupby("band")["positional_share"].mean().sort_values(ascending=False)
+        top = ", ".join(f"band {b} ({s:.2f})" for b, s in share.head(3).items())
+        lines.append(
+            f"most positional rotary bands{label} (R² of the band's score on i − j, mean over "
+            f"heads): {top}"
+        )
+    return lines
 
 
 def mixing_lines(results: Path, model: str) -> list[str]:

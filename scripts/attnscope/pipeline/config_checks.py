@@ -21,7 +21,7 @@ from attnscope.pipeline.models import (
     require_weights,
 )
 from attnscope.pipeline.outputs import Family
-from attnscope.pipeline.user_config import corpus_for_model
+from attnscope.pipeline.user_config import corpus_for_model, cut_to_context
 
 
 class ConfigError(ValueError):
@@ -350,12 +350,13 @@ def check_models(config: dict, used_corpora: list[str] = ()) -> None:
         limit = family.max_positions(model_config)
         check_repeated_model(config, name, folder, limit)
         for corpus in config["corpora"]:
-            length = corpus_for_model(config, name, corpus)["max_length"]
+            length = cut_to_context(corpus_for_model(config, name, corpus), limit)["max_length"]
             if length > limit:
                 raise ConfigError(
                     f"config: corpora.{corpus}.max_length is {length} for model {name!r}, "
                     f"which takes at most {limit} positions; lower max_length (for this "
-                    f"model: models.{name}.corpora.{corpus}.max_length)"
+                    f"model: models.{name}.corpora.{corpus}.max_length), or set "
+                    f"corpora.{corpus}.cut_to_context: true"
                 )
 
 

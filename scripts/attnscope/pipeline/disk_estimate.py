@@ -28,7 +28,7 @@ from attnscope.core.layer_selection import selected_layers, stored_states, whole
 from attnscope.pipeline.models import local_model_config
 from attnscope.pipeline.outputs import Family, ModelShape
 from attnscope.pipeline.shards import shard_layers
-from attnscope.pipeline.user_config import corpus_for_model
+from attnscope.pipeline.user_config import corpus_for_model, cut_to_context
 
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 GB = 1e9
@@ -114,11 +114,13 @@ def planned_files(config: dict, families: dict[str, Family], results: Path) -> l
         model_config = local_model_config(model, spec, config["mirror"])
         if model_config is None:
             continue
-        n_layers, d_model = architecture(model_config["model_type"]).dimensions(model_config)
+        anatomy = architecture(model_config["model_type"])
+        n_layers, d_model = anatomy.dimensions(model_config)
+        limit = anatomy.max_positions(model_config)
         layers = selected_layers(config.get("layers", "all"), n_layers, f"model {model!r}")
         every_layer = whole_model(config.get("layers"), n_layers)  # else no every_layer files
         for corpus, corpus_families in readers.items():
-            settings = corpus_for_model(config, model, corpus)
+            settings = cut_to_context(corpus_for_model(config, model, corpus), limit)
             out = results / model / corpus
             N, length = corpus_sequences(settings, out / "encoded.h5"), settings["max_length"]
             sizes = {"hidden_states.h5": None}

@@ -87,6 +87,18 @@ class Job:
                 given[field.name] = getattr(self.params, field.name)
         return kind(**given)
 
+    def write_table(self, table, path) -> None:
+        """Write `table` (`files.write_table`); a per-layer table (a `layer` column) gains
+        its layers' `attention window rope_theta` from the job's input `layer_kinds`, the
+        model's layer_kinds.tsv (`core.layer_kinds`), where the rule gives one."""
+        from attnscope.core.files import write_table
+        from attnscope.core.layer_kinds import read_layer_kinds, with_layer_kinds
+
+        path_kinds = self.input.get("layer_kinds")
+        if path_kinds is not None:
+            table = with_layer_kinds(table, read_layer_kinds(path_kinds))
+        write_table(table, path)
+
     @contextmanager
     def optional_h5(self, name: str) -> Iterator:
         """The job's input `name` opened read-only as HDF5, or None where the rule gives none;

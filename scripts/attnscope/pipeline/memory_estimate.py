@@ -61,7 +61,7 @@ from attnscope.core.lm_head import CHUNK_BYTES
 from attnscope.pipeline.disk_estimate import corpus_readers, model_shape, readable
 from attnscope.pipeline.models import local_model_config
 from attnscope.pipeline.outputs import Family
-from attnscope.pipeline.user_config import corpus_for_model
+from attnscope.pipeline.user_config import corpus_for_model, cut_to_context
 
 FLOAT = 4  # bytes: the analyses decompose in float32
 MB = 2**20
@@ -148,13 +148,15 @@ def estimate(config: dict, families: dict[str, Family]) -> list[JobMemory]:
         model_config = local_model_config(model, spec, config["mirror"])
         if model_config is None:  # a hub model still to fetch
             continue
-        L, d = architecture(model_config["model_type"]).dimensions(model_config)
+        anatomy = architecture(model_config["model_type"])
+        L, d = anatomy.dimensions(model_config)
+        limit = anatomy.max_positions(model_config)
         H = model_shape(model_config, L, d).n_heads
         V = vocabulary(model_config)
         streamed = config["loading"] == "layer-streamed"
         window = config["analyses"]["attend"].get("component_window", 0)
         for corpus, jobs in readers.items():
-            n = corpus_for_model(config, model, corpus)["max_length"]
+            n = cut_to_context(corpus_for_model(config, model, corpus), limit)["max_length"]
             jobs = {"extract_hidden_states": config["batch_size"]} | jobs
             if not whole_model(config.get("layers"), L):
                 for job in ("weights_distances", "weights_gradients"):  # every layer's

@@ -37,7 +37,7 @@ def mixing_ratio(mixing_ratio: pd.DataFrame, title: str):
         )
     left.set(xlabel="layer", ylabel="mixing ratio (%)", ylim=(0, 100))
     left.legend(fontsize="x-small", ncol=2)
-    layer_ticks(left, per_layer["layer"])
+    layer_ticks(left, per_layer["layer"], kinds=per_layer)
     right.barh(overall.index, overall["percent"], color=[palette[s] for s in overall.index])
     for y, value in enumerate(overall["percent"]):
         right.text(value + 1, y, f"{value:.1f}", va="center", fontsize="small")
@@ -148,7 +148,7 @@ def propagated_mixing(propagated_mixing: pd.DataFrame, mixing_ratio: pd.DataFram
     right.plot(bias["layer"], 100 * bias["mean"], "-o", color="tab:gray")
     right.set(xlabel="layer", ylabel="bias share of the norm budget (%)")
     for ax in (left, right):
-        layer_ticks(ax, per_layer["layer"])
+        layer_ticks(ax, per_layer["layer"], kinds=per_layer)
     fig.suptitle(f"{title}: the state after each layer split by input token")
     fig.tight_layout()
     return fig
@@ -163,7 +163,7 @@ def rollout(rollout: pd.DataFrame, title: str):
         ax.plot(group["layer"], group["spearman"], "-o", label=baseline)
     ax.axhline(0, color="black", linewidth=0.5)
     ax.set(xlabel="layer", ylabel="Spearman vs propagated", ylim=(-1, 1))
-    layer_ticks(ax, rows["layer"])
+    layer_ticks(ax, rows["layer"], kinds=rows)
     ax.legend(fontsize="x-small")
     ax.set_title(f"{title}: where rollout agrees with the exact propagation")
     fig.tight_layout()

@@ -12,6 +12,8 @@ SINK_CARD = (
     "sink_kobayashi.tsv",
     "massive_dimensions.tsv",
     "massive_intervention.tsv",
+    "sink_kinds.tsv",
+    "sink_stream_kinds.tsv",
 )
 """The sink card's tables: the rule norms_sink_card's, not norms_compute's; they need every
 layer (Sink^eps counts every head, the control and the intervention run the whole depth)."""

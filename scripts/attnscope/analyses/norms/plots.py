@@ -41,7 +41,7 @@ def affine_singular_values(affine_singular_values: pd.DataFrame, title: str, see
     ends = table.groupby(["layer", "head"])["singular_value"].agg(["max", "min"])
     ratio = (ends["max"] / ends["min"]).unstack("head")
     sns.heatmap(ratio, ax=right, cmap="magma", cbar_kws={"label": "max / min singular value"})
-    heatmap_layer_ticks(right, ratio.index)
+    heatmap_layer_ticks(right, ratio.index, kinds=table)
     right.set_title(f"all heads (smallest ratio {ratio.min().min():.2f})")
     fig.suptitle(title)
     fig.tight_layout()
@@ -84,7 +84,7 @@ def sep_heads(sep_heads: pd.DataFrame, title: str):
     for ax, (column, panel) in zip(axes, titles.items(), strict=True):
         grid = table.pivot(index="layer", columns="head", values=column)
         sns.heatmap(grid, ax=ax, cmap="Blues", cbar_kws={"label": column})
-        heatmap_layer_ticks(ax, grid.index)
+        heatmap_layer_ticks(ax, grid.index, kinds=table)
         ax.set_title(panel)
     fig.suptitle(title)
     fig.tight_layout()
@@ -107,7 +107,7 @@ def token_class_layer(token_class_layer: pd.DataFrame, title: str):
             )
             bottom += grid[category].to_numpy()
         ax.set(xlabel="layer", ylabel=f"{column} summed over the category's keys")
-        layer_ticks(ax, grid.index)
+        layer_ticks(ax, grid.index, kinds=table)
         ax.set_title(panel)
     axes[1].legend(title="key category", loc="upper left", bbox_to_anchor=(1.02, 1))
     fig.suptitle(title)
@@ -129,7 +129,7 @@ def attention_sinks(attention_sinks: pd.DataFrame, title: str):
         grid = table.pivot(index="layer", columns="head", values=column)
         limits = {"vmin": 0, "vmax": 1} if centre is None else {"center": centre}
         sns.heatmap(grid, ax=ax, cmap=cmap, cbar_kws={"label": column}, **limits)
-        heatmap_layer_ticks(ax, grid.index)
+        heatmap_layer_ticks(ax, grid.index, kinds=table)
         ax.set_title(panel)
     fig.suptitle(title)
     fig.tight_layout()
@@ -151,7 +151,7 @@ def massive_activations(massive_activations: pd.DataFrame, title: str):
     right.set(xlabel="hidden state (0 = embeddings)", ylabel="first / others", yscale="log")
     right.legend(fontsize="small")
     for ax in (left, right):
-        layer_ticks(ax, table["layer"])
+        layer_ticks(ax, table["layer"], kinds=table)
     fig.suptitle(title)
     fig.tight_layout()
     return fig

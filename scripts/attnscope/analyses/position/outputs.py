@@ -35,6 +35,7 @@ FAMILY = Family(
             "xcov_sum.tsv",
             "identity_check.tsv",
             "rotary_bands.tsv",
+            "rotary_band_ranking.tsv",
             "rotary_offsets.tsv",
             "rotary_positional_heads.tsv",
             "decomposition_check.tsv",

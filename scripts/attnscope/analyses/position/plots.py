@@ -13,6 +13,7 @@ import seaborn as sns
 from matplotlib import pyplot as plt
 
 import attnscope.core.plotting  # noqa: F401  (the shared look; sets the Agg backend)
+from attnscope.core.plotting import heatmap_layer_ticks
 from attnscope.core.tables import is_not_applicable
 
 
@@ -281,6 +282,7 @@ def rotary_positional_share(rotary_bands: pd.DataFrame, title: str):
             frameon=False,
         )
     ax.set(xlabel="band (0 = highest frequency)", ylabel="layer", title=title)
+    heatmap_layer_ticks(ax, grid.index, kinds=rotary_bands)
     return fig
 
 

@@ -52,6 +52,7 @@ import torch
 
 from attnscope.core.attention import queries_keys
 from attnscope.core.canonical import CanonicalLayer, CanonicalModel, Rotary, rotary_bands
+from attnscope.core.layer_kinds import KIND_COLUMNS, kind_summary
 from attnscope.core.store import HiddenStates
 from attnscope.core.tables import index_grid
 
@@ -435,6 +436,21 @@ def band_table(result: RotaryResult) -> pd.DataFrame:
             table[name] = getattr(result, name)[l, :, :nb].reshape(-1)
         frames.append(table)
     return pd.concat(frames, ignore_index=True)
+
+
+def band_ranking(bands: pd.DataFrame) -> pd.DataFrame:
+    """`attention window rope_theta band theta wavelength n_layers n_rows positional_share
+    abs_share rank`: the bands ranked by their mean positional share within each layer kind
+    (`core.layer_kinds`: global or sliding with its window, and the rotary base), never across
+    kinds, where band b of one base turns at another rate than band b of another (Gemma-3's
+    local 1e4 and global 1e6). `bands`: a `band_table` with the kind columns; the means are
+    over the kind's layers and heads (NaN shares of constant bands left out); rank 1 is the
+    most positional band of its kind, NaN shares rank last."""
+    by_band = ("band", "theta", "wavelength")
+    table = kind_summary(bands, ["positional_share", "abs_share"], by_band)
+    groups = table.groupby(list(KIND_COLUMNS), dropna=False, sort=False)["positional_share"]
+    ranks = groups.rank(ascending=False, method="min", na_option="bottom")
+    return table.assign(rank=ranks.astype(int))
 
 
 def offset_table(result: RotaryResult) -> pd.DataFrame:

@@ -11,6 +11,7 @@ import pandas as pd
 import seaborn as sns
 
 import attnscope.core.plotting  # noqa: F401  (the shared look; sets the Agg backend)
+from attnscope.core.plotting import heatmap_layer_ticks
 
 SHOWN_RELATIONS = ["det", "nsubj", "obj", "amod", "advmod", "case", "aux", "mark", "all"]
 
@@ -60,6 +61,7 @@ def syntax_heatmaps(syntax_heads: pd.DataFrame, title: str, heatmap_relations: l
                 continue
             grid = rows.pivot(index="layer", columns="head", values="accuracy")
             sns.heatmap(grid, ax=ax, vmin=0, vmax=1, cmap="viridis", cbar=col == 0)
+            heatmap_layer_ticks(ax, grid.index, kinds=rows)
     fig.suptitle(title)
     fig.tight_layout()
     return fig
@@ -90,6 +92,7 @@ def coref_heads(coref_heads: pd.DataFrame, coref_best: pd.DataFrame, title: str)
         rows = coref_heads[coref_heads["source"] == source]
         grid = rows.pivot(index="layer", columns="head", values="accuracy")
         sns.heatmap(grid, ax=ax, vmin=0, vmax=1, cmap="magma")
+        heatmap_layer_ticks(ax, grid.index, kinds=rows)
         ax.set_title(source)
     baselines = coref_best[coref_best["source"] == "baseline"]
     pairs = zip(baselines["method"], baselines["accuracy"], strict=True)

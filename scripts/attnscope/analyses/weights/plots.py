@@ -12,7 +12,7 @@ import seaborn as sns
 
 import attnscope.core.plotting  # noqa: F401  (the shared look; sets the Agg backend)
 from attnscope.analyses.weights.behaviours import BEHAVIOURS
-from attnscope.core.plotting import layer_ticks
+from attnscope.core.plotting import heatmap_layer_ticks, layer_ticks
 
 CATEGORY_LABELS = {"CLS": "[CLS]", "SEP": "[SEP]", "punct": ". or ,", "other": "other"}
 
@@ -41,6 +41,7 @@ def relative_position(heads: pd.DataFrame, title: str):
             annot_kws={"size": 5},
             cbar=ax is axes[-1],
         )
+        heatmap_layer_ticks(ax, grid.index, kinds=heads)
         ax.set_title(f"attention to {panel}")
     fig.suptitle(f"Average attention to relative positions per head ({title})")
     return fig
@@ -59,7 +60,7 @@ def special_tokens(heads: pd.DataFrame, layers: pd.DataFrame, title: str):
     axes[1].set(xlabel="layer", ylabel="average attention mass", title="attention to [SEP]")
     fig.suptitle(title)
     for ax in axes:
-        layer_ticks(ax, layers["layer"])
+        layer_ticks(ax, layers["layer"], kinds=layers)
         ax.set_ylim(-0.02, 1.02)
         ax.legend()
     return fig
@@ -75,7 +76,7 @@ def entropy(heads: pd.DataFrame, layers: pd.DataFrame, title: str):
             layers["layer"], layers["uniform_entropy"], ls="--", c="gray", label="uniform attention"
         )
         ax.set(xlabel="layer", ylabel="entropy (nats)", title=f"attention entropy: {panel}")
-        layer_ticks(ax, layers["layer"])
+        layer_ticks(ax, layers["layer"], kinds=layers)
         ax.set_ylim(bottom=0)
         if heads[column].isna().all():
             ax.text(0.5, 0.5, "not defined for this model", transform=ax.transAxes, ha="center")
@@ -107,7 +108,7 @@ def gradients(gradients: pd.DataFrame, title: str):
         ylabel="|alpha dL/dalpha| per query token",
         title=f"Gradient importance of attention (masked-LM loss), {title}",
     )
-    layer_ticks(ax, table["layer"])
+    layer_ticks(ax, table["layer"], kinds=table)
     ax.legend()
     return fig
 
