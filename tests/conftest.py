@@ -277,7 +277,8 @@ def write_tiny_model_run(
     return store, model, tmp_path / "manifest.json"
 
 
-WIKITEXT = Path(__file__).resolve().parents[2] / "shared" / "data" / "wikitext-2" / "test.txt"
+MIRROR_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+WIKITEXT = Path(os.environ.get("ATTNSCOPE_MIRROR", MIRROR_DATA)) / "wikitext-2" / "test.txt"
 DECODER_SPECIALS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>"}
 
 

@@ -133,6 +133,7 @@ def test_snakefile_removes_stale_partials_when_the_workflow_starts():
     snakefile = (ROOT / "Snakefile").read_text()
     onstart = snakefile.split("onstart:", 1)[1].split("\nrule ", 1)[0]
     assert 'remove_stale_partials("results")' in onstart
+    assert 'remove_stale_partials("resources")' in onstart  # dequantised GGUFs (issue m14)
 
 
 def test_truncated_safetensors_names_the_file(tmp_path):

@@ -181,3 +181,50 @@ def test_the_api_loads_a_gguf_file(tiny_gguf, tmp_path, monkeypatch):
     assert model.path == tmp_path / "cache" / "tiny" and model.lm_head == "causal"
     parts = attnscope.decompose(model, ["The cat sat on the mat."])
     assert parts.check["max_rel"].max() < 1e-5
+
+
+# A dequantisation that stops half-way (its folder holds one file) until killed.
+STALLED = """
+import sys, time
+from pathlib import Path
+from attnscope.pipeline import gguf
+def stall(path, folder):
+    (folder / "model.safetensors").write_bytes(b"x" * 1000)
+    print("writing", flush=True)
+    time.sleep(60)
+gguf._write_folder = stall
+gguf.dequantise(Path(sys.argv[1]), Path(sys.argv[2]))
+"""
+
+
+def test_a_dequantisation_killed_with_sigkill_leaves_a_partial_that_the_next_start_removes(
+    tiny_gguf, tmp_path
+):
+    """Issue m14: kill -9 during dequantisation leaves resources/models/<name>.<random>.partial;
+    the start-up sweep of resources/ removes it, and leaves a live dequantisation's alone."""
+    import signal
+
+    from attnscope.core.files import remove_stale_partials
+
+    path, _ = tiny_gguf
+    resources = tmp_path / "resources"
+    for name in ("killed", "live"):
+        folder = resources / "models" / name
+        writer = subprocess.Popen(
+            [sys.executable, "-c", STALLED, str(path), str(folder)], stdout=subprocess.PIPE
+        )
+        assert writer.stdout.readline().strip() == b"writing"
+        if name == "killed":
+            writer.send_signal(signal.SIGKILL)
+            writer.wait()
+            (killed,) = (resources / "models").glob("killed.*.partial")
+            assert killed.is_dir() and not folder.exists()
+    try:
+        (live,) = (resources / "models").glob("live.*.partial")
+        assert remove_stale_partials(resources) == [killed]
+        assert live.is_dir() and not killed.exists()
+    finally:
+        writer.kill()
+        writer.wait()
+    assert remove_stale_partials(resources) == [live]
+    assert list((resources / "models").iterdir()) == []
