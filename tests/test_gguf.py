@@ -228,3 +228,86 @@ def test_a_dequantisation_killed_with_sigkill_leaves_a_partial_that_the_next_sta
         writer.wait()
     assert remove_stale_partials(resources) == [live]
     assert list((resources / "models").iterdir()) == []
+
+
+LINEAR = {"rope_type": "linear", "factor": 4.0, "rope_theta": 10000.0}
+
+
+def scaled_gguf(folder: Path, extra, rope_parameters=None):
+    """A tiny Llama (`rope_parameters` when given) written as a float32 GGUF with `extra`'s
+    metadata or tensors; (path, the model, its weights as read back)."""
+    from conftest import tiny_decoder, write_tiny_gguf
+
+    tokenizer = train_bpe_tokenizer(folder / "tokenizer")
+    settings = dict(attention_bias=False, mlp_bias=False, tie_word_embeddings=True)
+    if rope_parameters is not None:
+        settings["rope_parameters"] = rope_parameters
+    model = tiny_decoder(tokenizer, "llama", 0, **settings)
+    path = folder / "scaled.gguf"
+    return path, model, write_tiny_gguf(path, model, tokenizer, (), extra)
+
+
+def test_linear_rope_scaling_is_kept_in_the_dequantised_model(tmp_path):
+    """Issue S4: a GGUF with `llama.rope.scaling.type = linear` and `factor = 4` dequantises
+    to a model of rope_parameters linear x 4: its rotary frequencies and logits equal those of
+    the transformers model written to the GGUF (the old folder had plain RoPE)."""
+    import gguf as gguf_package
+    from transformers import AutoModelForCausalLM
+
+    def linear(writer):
+        writer.add_rope_scaling_type(gguf_package.RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(LINEAR["factor"])
+
+    path, model, weights = scaled_gguf(tmp_path, linear, LINEAR)
+    config = local_model_config("m", {"source": "path", "path": str(path)})
+    assert config["rope_parameters"] == LINEAR
+    gguf.dequantise(path, tmp_path / "model")
+    dequantised = AutoModelForCausalLM.from_pretrained(tmp_path / "model")
+    written = model.model.rotary_emb.inv_freq
+    assert torch.equal(dequantised.model.rotary_emb.inv_freq, written)
+    assert dequantised.config.rope_parameters == LINEAR
+    model.load_state_dict(weights, strict=False)
+    ids = torch.randint(0, model.config.vocab_size, (2, 40), generator=torch.Generator())
+    with torch.no_grad():
+        assert torch.equal(dequantised(ids).logits, model(ids).logits)
+
+
+def test_llama3_rope_freqs_and_other_rope_scaling_are_refused_by_name(tmp_path):
+    """Issue S4: llama.cpp writes Llama 3.x's llama3 scaling as a `rope_freqs.weight` tensor of
+    per-frequency factors, which transformers' reader drops; such a GGUF (and one asking for
+    yarn scaling) is refused before any job, naming the tensor or key, and leaves no folder."""
+    import gguf as gguf_package
+    import numpy as np
+
+    def llama3(writer):
+        writer.add_tensor("rope_freqs.weight", np.array([1.0, 1.25, 5.3, 8.0], np.float32))
+
+    def yarn(writer):
+        writer.add_rope_scaling_type(gguf_package.RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(4.0)
+
+    for extra, named in ((llama3, r"rope_freqs\.weight .*1 to 8"), (yarn, "rope.scaling.type")):
+        folder = tmp_path / extra.__name__
+        path, _, _ = scaled_gguf(folder, extra)
+        spec = {"source": "path", "path": str(path)}
+        with pytest.raises(ModelNotFoundError, match=named):
+            local_model_config("m", spec)
+        with pytest.raises(ModelNotFoundError, match=named):
+            build_manifest("m", spec, resources=str(folder / "resources"))
+        assert not (folder / "resources" / "m").exists()
+
+
+def test_an_architecture_transformers_cannot_read_is_not_called_damaged(tmp_path):
+    """Issue m13: a whole GGUF of an architecture transformers' reader lacks is named as such,
+    not as truncated or damaged (that is said of a file gguf cannot parse)."""
+    import gguf as gguf_package
+
+    writer = gguf_package.GGUFWriter(tmp_path / "foo.gguf", "foo")
+    writer.add_block_count(1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ModelNotFoundError, match="architecture 'foo'") as caught:
+        local_model_config("m", {"source": "path", "path": str(tmp_path / "foo.gguf")})
+    assert "truncated" not in str(caught.value)
