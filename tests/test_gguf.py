@@ -313,7 +313,7 @@ def test_an_architecture_transformers_cannot_read_is_not_called_damaged(tmp_path
     assert "truncated" not in str(caught.value)
 
 
-CHUNKED = '''
+CHUNKED = """
 import hashlib
 from pathlib import Path
 CHUNKS = sorted(Path(__file__).parent.glob("data/*.part*"))
@@ -324,7 +324,7 @@ def assemble(output_path=None, overwrite=False):
     if hashlib.sha256(target.read_bytes()).hexdigest() != EXPECTED_SHA256:
         raise ValueError("Assembled file sha256 did not match expected value")
     return target
-'''
+"""
 
 
 def install_chunked_package(site: Path, name: str, gguf_file: Path, expected: str) -> None:
@@ -338,7 +338,8 @@ def install_chunked_package(site: Path, name: str, gguf_file: Path, expected: st
     for k in range(3):
         (module / "data" / f"model.gguf.part{k}").write_bytes(data[k * third : (k + 1) * third])
     (module / "__init__.py").write_text(CHUNKED.format(expected=expected))
-    for package, requires in ((name, f"Requires-Dist: {name}-part1==1.0.0\n"), (f"{name}-part1", "")):
+    requires_part = f"Requires-Dist: {name}-part1==1.0.0\n"
+    for package, requires in ((name, requires_part), (f"{name}-part1", "")):
         info = site / f"{package.replace('-', '_')}-1.0.0.dist-info"
         info.mkdir()
         meta = f"Metadata-Version: 2.1\nName: {package}\nVersion: 1.0.0\n{requires}"
@@ -391,3 +392,22 @@ def test_gemma3_package_is_a_gguf_assembled_from_chunks_of_a_supported_architect
     config = local_model_config("gemma3-270m", spec)
     assert config["model_type"] == "gemma3_text" and config["num_hidden_layers"] == 18
     assert (config["num_attention_heads"], config["num_key_value_heads"]) == (4, 1)
+
+
+def test_a_disk_without_room_for_the_float32_folder_is_named_before_writing(
+    tiny_gguf, tmp_path, monkeypatch
+):
+    """Issue M15: acquisition on a disk with less free space than the float32 weights stops
+    with the sizes and the fix (not safetensors' bare 'No space left on device'), and leaves
+    no folder."""
+    import shutil
+    from collections import namedtuple
+
+    path, weights = tiny_gguf
+    need = 4 * sum(w.numel() for w in weights.values())
+    assert gguf.dequantised_bytes(path) == need
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda folder: usage(10**9, 10**9, need - 1))
+    with pytest.raises(ModelNotFoundError, match=r"model 'm': dequantising .* needs about .* GB"):
+        build_manifest("m", {"source": "path", "path": str(path)}, resources=str(tmp_path))
+    assert list(tmp_path.iterdir()) == []

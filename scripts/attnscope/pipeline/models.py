@@ -353,6 +353,16 @@ def local_model_folder(name: str, spec: dict, mirror: str = "") -> Path | None:
     return folder if gguf.is_current(folder, location) else None
 
 
+def pending_dequantisation(name: str, spec: dict, mirror: str = "") -> tuple[Path, int] | None:
+    """(the folder, its float32 weights' bytes) of a GGUF model on this machine whose folder
+    is still to dequantise (or stale); None for any other model."""
+    location = _local_location(name, spec, mirror)
+    if location is None or not gguf.is_gguf(location):
+        return None
+    folder = RESOURCES / name
+    return None if gguf.is_current(folder, location) else (folder, gguf.dequantised_bytes(location))
+
+
 def local_model_config(name: str, spec: dict, mirror: str = "") -> dict | None:
     """config.json of a configured model on this machine, as a dict, read from its folder or
     from a GGUF's metadata; None for a hub model still to fetch."""
