@@ -271,10 +271,12 @@ def check_models(config: dict, used_corpora: list[str] = ()) -> None:
         ]
         if masked and not family.has_mask_token:
             raise ConfigError(
-                f"config: model {name!r} ({model_config['model_type']}) has no mask token, but "
-                f"corpora {', '.join(masked)} replace pieces by [MASK] (mask_rate > 0); let "
-                f"it read them unmasked (models: {{{name}: {{corpora: {{{masked[0]}: "
-                "{mask_rate: 0}}}}}) or give the analysis corpora without mask_rate"
+                f"config: model {name!r} ({model_config['model_type']}) is no masked language "
+                f"model (whatever its tokenizer holds, it was not trained to fill a mask "
+                f"token), but corpora {', '.join(masked)} replace pieces by the mask token "
+                f"(mask_rate > 0); let it read them unmasked (models: {{{name}: {{corpora: "
+                f"{{{masked[0]}: {{mask_rate: 0}}}}}}}}) or give the analysis corpora without "
+                "mask_rate"
             )
         if folder is not None and config.get("loading") == "layer-streamed":
             try:
