@@ -411,3 +411,26 @@ def test_a_disk_without_room_for_the_float32_folder_is_named_before_writing(
     with pytest.raises(ModelNotFoundError, match=r"model 'm': dequantising .* needs about .* GB"):
         build_manifest("m", {"source": "path", "path": str(path)}, resources=str(tmp_path))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_gguf_models_contrast_is_checked_before_any_job(tiny_gguf, tmp_path, monkeypatch):
+    """Issue m15: a GGUF still to dequantise has its `contrast` pieces checked with the
+    tokenizer it carries, before any job (as a folder model's are), and nothing is written."""
+    import yaml
+    from snakemake.utils import validate
+
+    from attnscope.pipeline.config_checks import ConfigError, check_models
+
+    path, _ = tiny_gguf
+    monkeypatch.chdir(tmp_path)
+    root = Path(__file__).parents[1]
+    config = yaml.safe_load((root / "config/config.yaml").read_text())
+    validate(config, str(root / "config/schema.yaml"))
+    config["models"] = {"m": {"source": "path", "path": str(path)}}
+    config["analyses"]["position"]["enabled"] = False
+    config["analyses"]["mixing"]["contrast"] = [" the", " of"]
+    check_models(config, [])
+    config["analyses"]["mixing"]["contrast"] = [" the", " the"]
+    with pytest.raises(ConfigError, match="model 'm': analyses.mixing.contrast: .* same piece"):
+        check_models(config, [])
+    assert not (tmp_path / "resources").exists()

@@ -191,6 +191,20 @@ def gguf_config(path: Path) -> dict:
     return _config_of(str(path), stat.st_size, stat.st_mtime_ns)
 
 
+def gguf_tokenizer(path: Path):
+    """The tokenizer a GGUF file carries, as `transformers` builds it (the dequantised folder
+    saves this one): for the checks before any job."""
+    from transformers import AutoTokenizer, __version__
+
+    try:
+        return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    except Exception as error:
+        raise GGUFError(
+            f"transformers {__version__} cannot build the tokenizer of {path} "
+            f"({type(error).__name__}: {error})"
+        ) from error
+
+
 def quantisation(path: Path) -> dict:
     """{"file_type": llama.cpp's name of the file's type, e.g. MOSTLY_Q4_1, "tensors":
     {tensor type: count}} of a GGUF file."""
@@ -275,7 +289,7 @@ def _write_folder(path: Path, folder: Path) -> None:
     as `gguf_config` reads it (its linear rope scaling kept). A GGUF tensor that no weight is
     read from stops it, naming the tensors."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, __version__
+    from transformers import AutoConfig, AutoModelForCausalLM, __version__
 
     from attnscope.architectures import architecture
 
@@ -285,7 +299,6 @@ def _write_folder(path: Path, folder: Path) -> None:
         quantised = AutoModelForCausalLM.from_pretrained(
             path.parent, gguf_file=path.name, dtype=torch.float32
         )
-        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     except Exception as error:
         raise GGUFError(
             f"transformers {__version__} cannot load the model in {path} "
@@ -306,6 +319,7 @@ def _write_folder(path: Path, folder: Path) -> None:
             "checkpoint"
         )
     model.load_state_dict(quantised.state_dict(), strict=True)
+    tokenizer = gguf_tokenizer(path)
     require_room(path, folder)
     try:
         model.save_pretrained(folder)

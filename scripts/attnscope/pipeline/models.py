@@ -363,6 +363,13 @@ def pending_dequantisation(name: str, spec: dict, mirror: str = "") -> tuple[Pat
     return None if gguf.is_current(folder, location) else (folder, gguf.dequantised_bytes(location))
 
 
+def local_gguf(name: str, spec: dict, mirror: str = "") -> Path | None:
+    """The GGUF file of a configured GGUF model on this machine (a path, a package), None for
+    any other model."""
+    location = _local_location(name, spec, mirror)
+    return location if location is not None and gguf.is_gguf(location) else None
+
+
 def local_model_config(name: str, spec: dict, mirror: str = "") -> dict | None:
     """config.json of a configured model on this machine, as a dict, read from its folder or
     from a GGUF's metadata; None for a hub model still to fetch."""
