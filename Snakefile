@@ -85,10 +85,10 @@ onstart:
     # no live writer holds (of this run or another in the same folder) are removed.
     from attnscope.core.files import remove_stale_partials
 
-    for stale in remove_stale_partials("results") + remove_stale_partials(
-        "resources"
-    ):
-        print(f"removed {stale}, left by a killed job")
+    stale = remove_stale_partials("results")
+    stale += remove_stale_partials("resources")
+    for path in stale:
+        print(f"removed {path}, left by a killed job")
 
 
 # The layer shards' files and collected folders are temporary: once a run has removed them,
