@@ -120,8 +120,8 @@ def package_record(package: str) -> dict:
     """What a `source: package` model is made of, for the manifest: the package's version, its
     layout (folder, gguf, or assembled: a GGUF joined from chunk packages, whose versions and
     the SHA-256 it is checked against are recorded too)."""
-    module = importlib.import_module(package.replace("-", "_"))
-    root = Path(module.__file__).parent
+    module = package.replace("-", "_")
+    root = Path(importlib.util.find_spec(module).origin).parent  # not imported: data alone
     record = {"name": package, "version": importlib.metadata.version(package)}
     if (root / "model").is_dir():
         return record | {"layout": "folder"}
@@ -133,7 +133,7 @@ def package_record(package: str) -> dict:
         chunks[name] = importlib.metadata.version(name)
     return record | {
         "layout": "assembled",
-        "expected_sha256": module.EXPECTED_SHA256,
+        "expected_sha256": importlib.import_module(module).EXPECTED_SHA256,
         "requires": chunks,
     }
 
