@@ -62,7 +62,7 @@ def start_writer(out: Path, folder: bool = False) -> subprocess.Popen:
             str(SCRIPTS),
             str(out),
             "folder" if folder else "file",
-            "60",
+            "900",  # killed by the test; outlives a slow start (parsing GGUF metadata)
         ],
         stdout=subprocess.PIPE,
         text=True,
