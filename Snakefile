@@ -82,12 +82,15 @@ onstart:
 
     print_memory_estimate(config, FAMILIES)
     check_disk_space(config, FAMILIES)
-    # Writers killed with kill -9 leave `<output>.partial` files; only those whose lock no
-    # live writer holds (of this run or another in the same folder) are removed.
+    # Writers killed with kill -9 leave `<output>.partial` files (results/) and folders (a
+    # GGUF's dequantisation, resources/models/<name>.<random>.partial); only those whose lock
+    # no live writer holds (of this run or another in the same folder) are removed.
     from attnscope.core.files import remove_stale_partials
 
-    for stale in remove_stale_partials("results"):
-        print(f"removed {stale}, left by a killed job")
+    stale = remove_stale_partials("results")
+    stale += remove_stale_partials("resources")
+    for path in stale:
+        print(f"removed {path}, left by a killed job")
 
 
 # The layer shards' files and collected folders are temporary: once a run has removed them,

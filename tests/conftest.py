@@ -436,10 +436,13 @@ def rotary_interleaved(weight: np.ndarray, heads: int) -> np.ndarray:
     return weight.reshape(heads, 2, half, -1).swapaxes(1, 2).reshape(weight.shape)
 
 
-def write_tiny_gguf(path: Path, model, tokenizer, quantised: tuple[str, ...] = ()) -> dict:
+def write_tiny_gguf(
+    path: Path, model, tokenizer, quantised: tuple[str, ...] = (), extra=None
+) -> dict:
     """Write a tiny `transformers` Llama and its byte-level BPE tokenizer as a GGUF file, the
-    2-D tensors whose GGUF name contains one of `quantised` as Q8_0, the rest float32. Returns
-    {transformers name: the weight a reader gets back} (Q8_0 rounding included)."""
+    2-D tensors whose GGUF name contains one of `quantised` as Q8_0, the rest float32;
+    `extra(writer)` adds metadata or tensors of its own. Returns {transformers name: the
+    weight a reader gets back} (Q8_0 rounding included)."""
     import gguf
 
     config = model.config
@@ -485,6 +488,8 @@ def write_tiny_gguf(path: Path, model, tokenizer, quantised: tuple[str, ...] = (
         else:
             writer.add_tensor(target, weight)
         read_back[name] = weight
+    if extra is not None:
+        extra(writer)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

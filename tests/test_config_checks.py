@@ -193,3 +193,25 @@ def test_a_corpus_cut_to_context_fits_a_shorter_model():
     message = r"corpora.wiki1024.max_length is 1024 for model 'minilm-l6'.*cut_to_context: true"
     with pytest.raises(ConfigError, match=message):
         check_models(config, [])
+
+
+def test_the_masked_corpus_refusal_suggests_yaml_that_parses_and_fixes_it(tmp_path):
+    """Gemma issue: a decoder given a masked corpus is refused without claiming its tokenizer
+    lacks a mask token (Gemma's has `<mask>`), and the YAML it suggests parses and, merged into
+    the config, lets the check pass."""
+    import re
+
+    from attnscope.pipeline.config_checks import check_models
+    from conftest import write_tiny_decoder_folder
+
+    config = default_config()
+    folder = write_tiny_decoder_folder(tmp_path / "llama", "llama")
+    config["models"] = {"llama": {"source": "path", "path": str(folder)}}
+    with pytest.raises(ConfigError, match="is no masked language model") as caught:
+        check_models(config, ["wiki_masked"])
+    assert "has no mask token" not in str(caught.value)
+    suggested = re.search(r"\(models: (\{.*\})\) or give", str(caught.value)).group(1)
+    fix = yaml.safe_load(suggested)
+    assert fix == {"llama": {"corpora": {"wiki_masked": {"mask_rate": 0}}}}
+    config["models"]["llama"] |= fix["llama"]
+    check_models(config, ["wiki_masked"])

@@ -62,7 +62,7 @@ def start_writer(out: Path, folder: bool = False) -> subprocess.Popen:
             str(SCRIPTS),
             str(out),
             "folder" if folder else "file",
-            "60",
+            "900",  # killed by the test; outlives a slow start (parsing GGUF metadata)
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -133,6 +133,7 @@ def test_snakefile_removes_stale_partials_when_the_workflow_starts():
     snakefile = (ROOT / "Snakefile").read_text()
     onstart = snakefile.split("onstart:", 1)[1].split("\nrule ", 1)[0]
     assert 'remove_stale_partials("results")' in onstart
+    assert 'remove_stale_partials("resources")' in onstart  # dequantised GGUFs (issue m14)
 
 
 def test_truncated_safetensors_names_the_file(tmp_path):

@@ -81,6 +81,7 @@ def test_layer_shards_files_are_planned_beside_the_maps(tmp_path):
     root = Path(__file__).parents[1]
     config = yaml.safe_load((root / "config/config.yaml").read_text())
     validate(config, str(root / "config/schema.yaml"))
+    config["models"] = {"minilm-l6": config["models"]["minilm-l6"]}  # no GGUF folder to plan
     results = tmp_path / "results"
     one = {
         p.path.relative_to(results).as_posix(): p.size
@@ -130,3 +131,36 @@ def test_a_corpus_cut_to_context_is_sized_at_the_models_length(tmp_path):
     cut = sizes(config["corpora"]["wiki1024"])
     assert cut["hidden_states.h5"] > 0 and cut["norms/attn_n_maps.h5"] > 0
     assert cut == sizes(dict(config["corpora"]["wiki1024"], max_length=512, cut_to_context=False))
+
+
+def test_a_gguf_still_to_dequantise_counts_its_float32_folder(tmp_path, monkeypatch):
+    """Issue M15: the disk estimate counts the float32 folder a GGUF dequantises into (4 bytes
+    per weight element; the folder's model.safetensors is that plus its header) until that
+    folder is made; a disk too small for it stops the run before any job."""
+    import yaml
+    from snakemake.utils import validate
+
+    import attnscope.pipeline.disk_estimate as disk_estimate
+    from attnscope.pipeline.disk_estimate import check_disk_space, planned_files
+    from attnscope.pipeline.models import build_manifest
+    from attnscope.pipeline.outputs import families
+    from conftest import write_tiny_gguf_model
+
+    path, weights = write_tiny_gguf_model(tmp_path / "gguf")
+    monkeypatch.chdir(tmp_path)
+    root = Path(__file__).parents[1]
+    config = yaml.safe_load((root / "config/config.yaml").read_text())
+    validate(config, str(root / "config/schema.yaml"))
+    config["models"] = {"tiny": {"source": "path", "path": str(path)}}
+    for name in config["analyses"]:
+        config["analyses"][name]["enabled"] = False
+    (planned,) = planned_files(config, families(), Path("results"))
+    expected = 4 * sum(w.numel() for w in weights.values())
+    assert planned == disk_estimate.PlannedFile(Path("resources/models/tiny.*.partial"), expected)
+    monkeypatch.setattr(disk_estimate, "free_bytes", lambda results: expected - 1)
+    with pytest.raises(DiskSpaceError, match=r"tiny\.\*\.partial"):
+        check_disk_space(config, families(), "results")
+    build_manifest("tiny", config["models"]["tiny"])
+    written = (tmp_path / "resources/models/tiny/model.safetensors").stat().st_size
+    assert expected < written < expected + 10_000  # the safetensors header
+    assert planned_files(config, families(), Path("results")) == []

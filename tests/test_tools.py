@@ -70,6 +70,23 @@ def test_an_unreadable_file_is_a_difference_naming_it(tmp_path):
         assert lines[1].startswith(f"maps.h5: {tmp_path / 'b' / 'maps.h5'} cannot be read")
 
 
+def test_manifests_differing_only_in_file_mtimes_compare_clean(tmp_path):
+    """Issue m24: two acquisitions of one GGUF record the same files with other modification
+    times; those alone are no difference, a changed hash (or anything else) still is."""
+    record = {"sha256": "ab" * 32, "size": 10, "mtime_ns": 1}
+    manifest = {"name": "m", "files": {"config.json": record}, "gguf": {"mtime_ns": 5}}
+    later = {"name": "m", "files": {"config.json": {**record, "mtime_ns": 2}}, "gguf": {}}
+    later["gguf"]["mtime_ns"] = 6
+    other = {**later, "files": {"config.json": {**record, "sha256": "cd" * 32}}}
+    for side, content in (("a", manifest), ("b", later), ("c", other)):
+        (tmp_path / side / "m").mkdir(parents=True)
+        (tmp_path / side / "m" / "manifest.json").write_text(json.dumps(content))
+    same = compare(tmp_path / "a", tmp_path / "b")
+    assert same.returncode == 0, same.stdout
+    changed = compare(tmp_path / "a", tmp_path / "c")
+    assert changed.returncode == 1 and "m/manifest.json: JSON differs" in changed.stdout
+
+
 def write_check(folder: Path, name: str, rows: list, columns: list[str]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(rows, columns=columns).to_csv(folder / name, sep="\t", index=False)

@@ -1172,7 +1172,7 @@ def test_masked_corpus_on_a_decoder_fails_before_any_job(tmp_path):
     result = snakemake(tmp_path / "run", config, "--dry-run")
     text = result.stdout + result.stderr
     assert result.returncode != 0
-    assert "model 'llama' (llama) has no mask token" in text and "wiki_masked" in text
+    assert "model 'llama' (llama) is no masked language model" in text and "wiki_masked" in text
     assert "models: {llama: {corpora: {wiki_masked: {mask_rate: 0}}}}" in text
     assert not (tmp_path / "run" / "results").exists()
     # the fix it names: the decoder reads the corpus unmasked, the encoder masked

@@ -9,7 +9,9 @@ the gzip header holds a time stamp) and HDF5 datasets value for value (NaN equal
 its largest magnitude (docs/clusters.md's reproducibility promise across thread counts, devices and
 machines); text, integer columns and the shapes must still be equal. A bfloat16 dataset (uint16
 bits with the attribute `encoding = bfloat16`, see attnscope.core.store) compares as the values
-its bits stand for. JSON manifests compare as parsed objects, HDF5 attributes as text.
+its bits stand for. JSON manifests compare as parsed objects, without their files' modification
+times (`mtime_ns`: a model folder dequantised or downloaded anew has new ones, the same bytes),
+HDF5 attributes as text.
 
 Check tables (`*_check.tsv`: decomposition_check, propagation_check, identity_check) record
 residuals, float rounding that differs between two correct runs by far more than R of itself
@@ -39,6 +41,7 @@ SKIPPED_FOLDERS = {"figures", "logs", "benchmarks"}
 SKIPPED_SUFFIXES = {".svg", ".png", ".pdf", ".html", ".log"}
 CHECK_SUFFIX = "_check.tsv"
 RESIDUAL_COLUMNS = ("max_abs", "max_rel", "max_abs_residual")
+MTIME_KEY = "mtime_ns"  # a file's modification time in a manifest: not compared
 
 
 class UnreadableError(Exception):
@@ -78,6 +81,15 @@ def arrays_agree(x: np.ndarray, y: np.ndarray, rtol: float) -> bool:
     a, b = x[finite].astype(np.float64), y[finite].astype(np.float64)
     scale = max(np.abs(a).max(), np.abs(b).max())
     return bool(np.abs(a - b).max() <= rtol * scale)
+
+
+def without_mtimes(value):
+    """A parsed JSON value with every `mtime_ns` key left out, at any depth."""
+    if isinstance(value, dict):
+        return {k: without_mtimes(v) for k, v in value.items() if k != MTIME_KEY}
+    if isinstance(value, list):
+        return [without_mtimes(v) for v in value]
+    return value
 
 
 def dataset_values(dataset: h5py.Dataset) -> np.ndarray:
@@ -142,7 +154,7 @@ def differences(a: Path, b: Path, rtol: float = 0.0, residual_bound: float = 1e-
     if a.suffix == ".h5":
         return h5_differences(a, b, rtol)
     if a.suffix == ".json":
-        x, y = (read(p, lambda p: json.loads(p.read_text())) for p in (a, b))
+        x, y = (read(p, lambda p: without_mtimes(json.loads(p.read_text()))) for p in (a, b))
         return [] if x == y else ["JSON differs"]
     if rtol and a.name.endswith((".tsv", ".tsv.gz")):
         return table_differences(a, b, rtol, residual_bound)

