@@ -154,7 +154,7 @@ def manifest(wildcards):
 
 
 def layer_kinds(wildcards):
-    """The model's `layer_kinds.tsv` (rule model_layer_kinds): every per-layer table's kind
+    """The model's `layer_kinds.tsv` , which model_layer_kinds writes: every per-layer table's kind
     columns."""
     return f"results/{wildcards.model}/model/layer_kinds.tsv"
 
