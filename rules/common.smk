@@ -154,8 +154,8 @@ def manifest(wildcards):
 
 
 def layer_kinds(wildcards):
-    """The model's `layer_kinds.tsv` , which model_layer_kinds writes: every per-layer table's kind
-    columns."""
+    """The model's `layer_kinds.tsv`, written by model_layer_kinds: the kind columns of every
+    per-layer table."""
     return f"results/{wildcards.model}/model/layer_kinds.tsv"
 
 
