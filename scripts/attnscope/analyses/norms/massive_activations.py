@@ -12,6 +12,14 @@ tokens, in the units of the stream:
 The table gives per l the means over those sequences (`first_max`, `other_median`, `ratio`),
 the largest ratio (`ratio_max`), and the feature k (0-based) that is the first position's
 largest most often (`top_dim`) with the share of sequences where it is (`top_dim_share`).
+
+Sun et al.'s criterion (`massive_dimensions`, the sink card): an entry x of a stored state is
+massive when |x| > `absolute` (100) and |x| >= `ratio` (1,000; the paper says "at least or
+around") times the state's median |x| over the corpus. Each entry's position is of a kind:
+the first position, a delimiter (a special piece, "." or ","), or an ordinary piece. Per
+(state, dim), a dimension massive on more than `ordinary_share` of the ordinary positions is
+an outlier that recurs on ordinary tokens (kind `ordinary`), kept apart from Sun et al.'s
+massive activations, which live on the first position and delimiters (kind `massive`).
 """
 
 from __future__ import annotations
