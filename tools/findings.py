@@ -55,8 +55,9 @@ def massive_line(massive: pd.DataFrame) -> str:
 
     sun = massive[massive["kind"] == "massive"]
     line = (
-        "massive activations (Sun et al.: |x| > 100 and ≥ 1000× the state's median, on the "
-        "first position and delimiters): " + (listed(sun) if len(sun) else "none")
+        "massive activations (Sun et al.: |x| > 100 and ≥ 1000× the state's median with the "
+        "default massive_absolute and massive_ratio; on the first position and delimiters): "
+        + (listed(sun) if len(sun) else "none")
     )
     recurring = massive[massive["kind"] == "ordinary"]
     if len(recurring):
