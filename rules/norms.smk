@@ -97,9 +97,10 @@ rule norms_compute:
         "../scripts/norms_compute.py"
 
 
-# The attention-sink card (analyses/norms/sink_card.py): Sink^eps with its repeated-token
-# control, the first position's weight along the stream, Kobayashi's view summarised, the
-# massive dimensions and, for a causal LM, the loss with them zeroed or at their mean.
+# The attention-sink card (analyses/norms/sink_card.py): Gu et al.'s Sink^eps with the
+# repeated-token inputs, the first position's weight along the stream, Kobayashi's view
+# summarised, Sun et al.'s massive dimensions and, for a causal LM, the loss and perplexity
+# with those that carry the sink zeroed or at their mean.
 rule norms_sink_card:
     input:
         layer_kinds=layer_kinds,
@@ -131,5 +132,8 @@ rule norms_sink_card:
         sink_epsilon=NORMS["sink_epsilon"],
         sink_positions=NORMS["sink_positions"],
         sink_sequences=NORMS["sink_sequences"],
+        massive_absolute=NORMS["massive_absolute"],
+        massive_ratio=NORMS["massive_ratio"],
+        massive_ordinary_share=NORMS["massive_ordinary_share"],
     script:
         "../scripts/norms_sink_card.py"

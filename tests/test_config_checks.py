@@ -1,6 +1,6 @@
 """Checks of the configuration made before any job (issue 35): integer settings written as
-floats, keys given twice, texts corpora, view sequences, position heads, and a `layers:` list
-naming every layer."""
+floats, keys given twice, texts corpora, view sequences, position heads, the sink card's
+positions against the norms corpora, and a `layers:` list naming every layer."""
 
 from pathlib import Path
 
@@ -17,6 +17,7 @@ from attnscope.pipeline.config_checks import (
     check_model_corpora,
     check_models,
     check_position_heads,
+    check_sink_positions,
     check_texts,
     check_view_sequences,
     float_integers,
@@ -105,6 +106,21 @@ def test_view_sequences_beyond_a_corpus_the_config_sizes_are_refused():
         check_view_sequences(config)
     config["corpora"]["wiki"]["n_sequences"] = 0  # all: known once encoded
     check_view_sequences(config)
+
+
+def test_sink_positions_longer_than_a_norms_corpus_are_refused():
+    """Sink^eps reads each sequence's first sink_positions pieces: a norms corpus that a
+    model reads shorter (its own max_length) is named with the model."""
+    config = default_config()  # wiki: max_length 128, sink_positions 64
+    check_sink_positions(config)
+    config["models"]["smollm2-135m"]["corpora"]["wiki"]["max_length"] = 48
+    with pytest.raises(
+        ConfigError,
+        match=r"sink_positions is 64, but corpora\.wiki\.max_length is 48 for model 'smollm2",
+    ):
+        check_sink_positions(config)
+    config["analyses"]["norms"]["sink_positions"] = 48
+    check_sink_positions(config)
 
 
 def test_a_model_reads_a_corpus_with_its_own_settings_in_place_of_the_corpus_ones():

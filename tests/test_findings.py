@@ -4,6 +4,7 @@ with known values)."""
 import importlib.util
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 ROOT = Path(__file__).parents[1]
@@ -26,7 +27,8 @@ def test_the_lines_state_what_the_tables_hold(tmp_path):
     findings = load_tool()
     write(tmp_path, "wiki", "norms", "sink_epsilon", {
         "layer": ["1", "2", "all"], "sink_share": [0.0, 1.0, 0.5],
-        "sink_share_control": [0.0, 0.25, 0.125], "n_heads": [4, 4, 8],
+        "sink_share_pooled": [0.0, 0.75, 0.375], "sink_share_control": [0.0, 0.25, 0.125],
+        "sink_share_anchored": [0.5, 1.0, 0.75], "n_heads": [4, 4, 8], "n_sequences": 32,
         "epsilon": 0.3, "positions": 64,
     })  # fmt: skip
     write(tmp_path, "wiki", "norms", "sink_kobayashi", {
@@ -34,24 +36,36 @@ def test_the_lines_state_what_the_tables_hold(tmp_path):
         "norm_share": [0.05, 0.2, 0.125], "norm_over_alpha": [0.5, 0.22, 0.25],
     })  # fmt: skip
     write(tmp_path, "wiki", "norms", "massive_dimensions", {
-        "state": [3, 4, 4], "dim": [7, 7, 2], "sequence": [0, 0, 1], "position": [0, 0, 0],
-        "piece": ["<s>"] * 3, "value": [-250.0, 1200.0, 130.0],
+        "state": [3, 4, 4, 1, 2], "dim": [7, 7, 2, 5, 5], "sequence": [0, 0, 1, 0, 1],
+        "position": [0, 0, 0, 6, 9], "piece": ["<s>"] * 3 + ["the"] * 2,
+        "position_kind": ["first"] * 3 + ["ordinary"] * 2,
+        "value": [-250.0, 1200.0, 130.0, 400.0, -410.0],
+        "kind": ["massive"] * 3 + ["ordinary"] * 2,
     })  # fmt: skip
     write(tmp_path, "wiki", "norms", "massive_intervention", {
-        "variant": ["unmodified", "zeroed", "mean"], "state": 3, "n_entries": 1, "dims": "7",
-        "n_predictions": 10, "loss": [3.0, 9.5, 3.01], "loss_difference": [0, 6.5, 0.01],
+        "variant": ["unmodified", "zeroed", "mean"], "state": 3, "dims": "7", "n_entries": 1,
+        "n_sequences": 32, "n_predictions": 10, "loss": [3.0, 16.0, 3.01],
+        "perplexity": np.exp([3.0, 16.0, 3.01]), "loss_difference": [0, 13.0, 0.01],
     })  # fmt: skip
     write(tmp_path, "wiki512", "position", "rotary_bands", {
         "layer": [1, 1, 2, 2], "head": 1, "band": [0, 1, 0, 1],
         "positional_share": [0.2, 0.6, 0.4, 0.8],
     })  # fmt: skip
     lines = findings.findings(tmp_path, "m")
-    assert lines[0].startswith("Sink^ε (Gu et al., ε = 0.3, first 64 positions): 50% of the 8")
-    assert lines[0].endswith("12% on the repeated-token control")
+    assert lines[0].startswith(
+        "Sink^ε as Gu et al.'s code computes it (ε = 0.3; each sequence's first 64 pieces; "
+        "the per-sequence indicator averaged over 32 sequences and 8 heads): 50.0% "
+        "(averaging over sequences before the threshold: 37.5%)"
+    )
+    assert "one piece everywhere and no BOS: 12.5%" in lines[0]
+    assert lines[0].endswith("with the BOS kept (another experiment): 75.0%")
     assert lines[1].endswith("L1 0.10, L2 0.90") and lines[2].endswith("L1 0.05, L2 0.20")
-    assert "7 (up to 1,200), 2 (up to 130)" not in lines[3]  # dims in ascending order
-    assert "2 (up to 130), 7 (up to 1,200), in hidden states 3 to 4, at 2 (sequence" in lines[3]
-    assert lines[4].endswith("unmodified 3.000, zeroed 9.500, set to their mean 3.010")
+    assert "delimiters): 2 (state 4, up to 130), 7 (states 3–4, up to 1,200); kept" in lines[3]
+    assert lines[3].endswith("recur on ordinary tokens: 5 (states 1–2, up to 410)")
+    assert lines[4].startswith("with dims 7 set at state 3 (first position and delimiters)")
+    assert "over 32 sequences: unmodified 3.000 (perplexity 20.1), zeroed 16.000" in lines[4]
+    assert "zeroed 16.000 (perplexity 8.9e+06)" in lines[4]
+    assert lines[4].endswith("set to their mean per position kind 3.010 (perplexity 20.3)")
     assert lines[5].endswith("band 1 (0.70), band 0 (0.30)")
     assert len(lines) == 6  # no mixing table: no mixing line
 
@@ -59,7 +73,7 @@ def test_the_lines_state_what_the_tables_hold(tmp_path):
 def test_local_and_global_layers_are_reported_apart(tmp_path):
     """Gemma-3's kinds: band 0 is the most positional of the sliding layers (base 1e4), band 1
     of the global ones (base 1e6); pooled, band 0 would lead for both. The sink card's kinds
-    give one line with each kind's weight on the first position."""
+    give one line with each kind's importance of the first key and Sink^eps."""
     findings = load_tool()
     write(tmp_path, "wiki512", "position", "rotary_bands", {
         "layer": [1, 1, 2, 2, 3, 3], "head": 1, "band": [0, 1, 0, 1, 0, 1],
@@ -69,8 +83,8 @@ def test_local_and_global_layers_are_reported_apart(tmp_path):
     })  # fmt: skip
     write(tmp_path, "wiki", "norms", "sink_kinds", {
         "attention": ["global", "sliding"], "window": [None, 512], "rope_theta": [1e6, 1e4],
-        "n_layers": [1, 2], "n_rows": [4, 8], "alpha_first": [0.61, 0.39], "sink": [0.75, 0.25],
-        "alpha_first_control": [0.5, 0.3], "sink_control": [0.5, 0.0],
+        "n_layers": [1, 2], "n_rows": [4, 8], "importance": [0.61, 0.39],
+        "sink_rate": [0.75, 0.25], "sink_pooled": [1.0, 0.0],
     })  # fmt: skip
     write(
         tmp_path,
@@ -95,8 +109,8 @@ def test_local_and_global_layers_are_reported_apart(tmp_path):
         "1e+06) 0.45; sliding layers (window 512, base 10000) none (past its window)"
     )
     assert lines[0] == (
-        "weight on the first position by layer kind: global layers (base 1e+06) 0.61 (75% "
-        "sinks); sliding layers (window 512, base 10000) 0.39 (25% sinks)"
+        "importance of the first key (Gu et al.) by layer kind: global layers (base 1e+06) 0.61 "
+        "(Sink^ε 75.0%); sliding layers (window 512, base 10000) 0.39 (Sink^ε 25.0%)"
     )
     assert lines[1].startswith("most positional rotary bands of the global layers (base 1e+06)")
     assert lines[1].endswith("band 1 (0.30), band 0 (0.20)")

@@ -59,7 +59,7 @@ def test_profile_runs_every_job_through_sbatch_with_local_results(
     config["corpora"] = {"wiki": config["corpora"]["wiki"]}
     # Norms alone: every other family is switched off.
     config["analyses"] = {name: {"enabled": False} for name in families()}
-    config["analyses"]["norms"] = {"corpora": ["wiki"]}
+    config["analyses"]["norms"] = {"corpora": ["wiki"], "sink_positions": 32}
     config["cluster"] = {"cpu_partition": "cpu", "gpu_partition": "gpu"}
     config["shards"] = 2  # on SLURM: one job per layer of the tiny model, then the gather
     configfile = tmp_path / "config.yaml"

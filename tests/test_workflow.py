@@ -73,7 +73,7 @@ def small_config(models: dict, n: int = 4) -> dict:
         },
         "analyses": {
             "weights": {"corpora": ["wiki"]},
-            "norms": {"corpora": ["wiki"]},
+            "norms": {"corpora": ["wiki"], "sink_positions": 32},  # wiki: 48 pieces at most
             "position": {"corpus": "wiki512"},
             "mixing": {"corpora": ["wiki_masked"]},
             "views": {"corpora": ["texts", "wiki"], "sequences": {"wiki": [0, 2]}},
@@ -299,19 +299,19 @@ def test_decoders_run_every_rule(decoder_run):
             assert (position / "figures" / f"{figure}.png").stat().st_size > 1000
         gradients = pd.read_csv(results / "wiki/weights/gradients.tsv", sep="\t")
         assert set(gradients["status"]) == {"ok"} and (gradients["importance"] >= 0).all()
-        # the sink card: Sink^eps over 2 layers x 4 heads with its control, the stream's bins
-        # of a causal model (no row 0), Kobayashi's summary, Sun's criterion and intervention
+        # the sink card: Gu's Sink^eps over 2 layers x 4 heads with the repeated-token inputs,
+        # the stream's bins of a causal model (no row 0), Kobayashi's summary, Sun's
+        # criterion and the intervention
         norms = results / "wiki/norms"
         heads = pd.read_csv(norms / "sink_heads.tsv", sep="\t")
-        assert (
-            len(heads) == 8
-            and heads[["alpha_first", "alpha_first_control"]].stack().between(0, 1).all()
-        )
+        rates = ["sink_rate", "sink_rate_control", "sink_rate_anchored"]
+        assert len(heads) == 8 and heads[rates].stack().between(0, 1).all()
+        assert heads["importance"].between(1 / 32, 1).all()  # alpha_00 = 1 alone: 1 / T
         sink = pd.read_csv(norms / "sink_epsilon.tsv", sep="\t").set_index("layer")
         assert sink.index.tolist() == ["1", "2", "all"] and sink.loc["all", "n_heads"] == 8
-        assert sink.loc["all", "sink_share"] == heads["sink"].mean()
-        assert sink.loc["all", "sink_share_control"] == heads["sink_control"].mean()
-        assert (sink["epsilon"] == 0.3).all() and (sink["positions"] == 64).all()
+        assert sink.loc["all", "sink_share"] == pytest.approx(heads["sink_rate"].mean())
+        assert sink.loc["all", "sink_share_pooled"] == heads["sink_pooled"].mean()
+        assert (sink["epsilon"] == 0.3).all() and (sink["positions"] == 32).all()
         stream = pd.read_csv(norms / "sink_stream.tsv", sep="\t")
         assert (stream["position_from"] >= 1).all() and stream["alpha_first"].between(0, 1).all()
         kobayashi = pd.read_csv(norms / "sink_kobayashi.tsv", sep="\t")
@@ -321,7 +321,8 @@ def test_decoders_run_every_rule(decoder_run):
         intervention = pd.read_csv(norms / "massive_intervention.tsv", sep="\t")
         if massive.empty:  # random weights: no |x| above 100
             assert intervention["status"].tolist() == [
-                "not applicable: no massive activation (|x| > 100 and >= 1000 x the median)"
+                "not applicable: no massive activation at the first position (see "
+                "massive_dimensions.tsv)"
             ]
         else:
             assert intervention["variant"].tolist() == ["unmodified", "zeroed", "mean"]

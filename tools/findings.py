@@ -3,10 +3,11 @@
     .venv/bin/python tools/findings.py [results] [--model smollm2-135m]
 
 Prints Markdown bullets (the README's "What the default run finds" is this output for the
-default run): the attention-sink card (Sink^eps with its control, the first position's weight
-and norm share by depth, by layer kind and past a 512-piece window on wiki1024, Sun et al.'s
-massive dimensions and the intervention's losses), the most positional rotary bands of each
-layer kind, the mixing ratio by depth and, from the attend family, the
+default run): the attention-sink card (Gu et al.'s Sink^eps with their control and the
+BOS-anchored input, the first position's weight and norm share by depth, by layer kind and
+past a 512-piece window on wiki1024, Sun et al.'s massive dimensions apart from outliers on
+ordinary tokens, and the intervention's losses and perplexities), the most positional rotary
+bands of each layer kind, the mixing ratio by depth and, from the attend family, the
 components that make the heads look at the first position and at the previous token. A table
 the run did not make (a family switched off, an encoder without rotary bands) is left out of
 the lines.
@@ -38,15 +39,51 @@ def by_depth(values: pd.Series, every: int) -> str:
     return ", ".join(f"L{k} {values[k]:.2f}" for k in layers)
 
 
+def perplexity(value: float) -> str:
+    """A perplexity, readable whatever its size: 50.8, 1,234, 6.1e+06."""
+    return f"{value:,.1f}" if value < 1e4 else f"{value:.2g}"
+
+
+def massive_line(massive: pd.DataFrame) -> str:
+    """Sun et al.'s massive dimensions, and apart from them those recurring on ordinary
+    tokens, each with the states it is massive in and its largest |x|."""
+
+    def listed(rows: pd.DataFrame) -> str:
+        dims = rows.groupby("dim").agg(
+            low=("state", "min"), high=("state", "max"), top=("value", lambda v: v.abs().max())
+        )
+        text = []
+        for d, (low, high, top) in zip(dims.index, dims.itertuples(index=False), strict=True):
+            states = f"state {low}" if low == high else f"states {low}–{high}"
+            text.append(f"{d} ({states}, up to {top:,.0f})")
+        return ", ".join(text)
+
+    sun = massive[massive["kind"] == "massive"]
+    line = (
+        "massive activations (Sun et al.: |x| > 100 and ≥ 1000× the state's median with the "
+        "default massive_absolute and massive_ratio; on the first position and delimiters): "
+        + (listed(sun) if len(sun) else "none")
+    )
+    recurring = massive[massive["kind"] == "ordinary"]
+    if len(recurring):
+        line += "; kept apart, outliers that recur on ordinary tokens: " + listed(recurring)
+    return line
+
+
 def sink_lines(results: Path, model: str) -> list[str]:
     lines = []
     epsilon = table(results, model, "norms", "sink_epsilon")
-    if epsilon is not None:
+    if epsilon is not None and "sink_share" in epsilon:
         total = epsilon[epsilon["layer"].astype(str) == "all"].iloc[0]
         lines.append(
-            f"Sink^ε (Gu et al., ε = {total['epsilon']:g}, first {total['positions']} "
-            f"positions): {100 * total['sink_share']:.0f}% of the {total['n_heads']} heads; "
-            f"{100 * total['sink_share_control']:.0f}% on the repeated-token control"
+            f"Sink^ε as Gu et al.'s code computes it (ε = {total['epsilon']:g}; each "
+            f"sequence's first {total['positions']} pieces; the per-sequence indicator "
+            f"averaged over {total['n_sequences']} sequences and {total['n_heads']} heads): "
+            f"{100 * total['sink_share']:.1f}% (averaging over sequences before the "
+            f"threshold: {100 * total['sink_share_pooled']:.1f}%); on their repeated-token "
+            f"input, one piece everywhere and no BOS: {100 * total['sink_share_control']:.1f}%"
+            f"; the same with the BOS kept (another experiment): "
+            f"{100 * total['sink_share_anchored']:.1f}%"
         )
     share = table(results, model, "norms", "sink_kobayashi")
     if share is not None:
@@ -55,7 +92,7 @@ def sink_lines(results: Path, model: str) -> list[str]:
         per_layer = per_layer.set_index("layer")
         every = max(1, len(per_layer) // 6)
         lines.append(
-            "weight on the first position, mean over heads and query rows: "
+            "weight on the first position, mean over heads and query rows of every sequence: "
             + by_depth(per_layer["alpha_first"], every)
         )
         lines.append(
@@ -64,11 +101,11 @@ def sink_lines(results: Path, model: str) -> list[str]:
     kinds = table(results, model, "norms", "sink_kinds")
     if kinds is not None and len(kinds) > 1:  # local and global layers apart
         parts = [
-            f"{kind_label(*row[KINDS])[8:]} {row['alpha_first']:.2f} "
-            f"({100 * row['sink']:.0f}% sinks)"
+            f"{kind_label(*row[KINDS])[8:]} {row['importance']:.2f} "
+            f"(Sink^ε {100 * row['sink_rate']:.1f}%)"
             for _, row in kinds.iterrows()
         ]
-        lines.append("weight on the first position by layer kind: " + "; ".join(parts))
+        lines.append("importance of the first key (Gu et al.) by layer kind: " + "; ".join(parts))
     stream = table(results, model, "norms", "sink_stream_kinds", LONG_CORPUS)
     if stream is not None and len(stream):
         last = stream[stream["bin"] == stream["bin"].max()]
@@ -83,23 +120,26 @@ def sink_lines(results: Path, model: str) -> list[str]:
         )
     massive = table(results, model, "norms", "massive_dimensions")
     if massive is not None and len(massive):
-        dims = massive.groupby("dim")["value"].apply(lambda v: v.abs().max())
-        states = f"{int(massive['state'].min())} to {int(massive['state'].max())}"
-        pairs = len(massive[["sequence", "position"]].drop_duplicates())
-        lines.append(
-            f"massive dimensions (Sun et al.: |x| > 100 and ≥ 1000× the state's median): "
-            f"{', '.join(f'{d} (up to {v:,.0f})' for d, v in dims.items())}, in hidden states "
-            f"{states}, at {pairs} (sequence, position) pairs"
-        )
+        lines.append(massive_line(massive))
     elif massive is not None:
-        lines.append("massive dimensions (Sun et al.): none")
+        lines.append("massive activations (Sun et al.): none")
     intervention = table(results, model, "norms", "massive_intervention")
     if intervention is not None and "loss" in intervention and len(intervention):
-        loss = intervention.set_index("variant")["loss"]
+        rows = intervention.set_index("variant")
+        dims, state = intervention["dims"].iloc[0], int(intervention["state"].iloc[0])
+        parts = [
+            f"{what} {rows.loc[variant, 'loss']:.3f} "
+            f"(perplexity {perplexity(rows.loc[variant, 'perplexity'])})"
+            for variant, what in (
+                ("unmodified", "unmodified"),
+                ("zeroed", "zeroed"),
+                ("mean", "set to their mean per position kind"),
+            )
+        ]
         lines.append(
-            "next-token loss with the massive entries set at state "
-            f"{int(intervention['state'].iloc[0])}: unmodified {loss['unmodified']:.3f}, "
-            f"zeroed {loss['zeroed']:.3f}, set to their mean {loss['mean']:.3f}"
+            f"with dims {dims} set at state {state} (first position and delimiters), "
+            f"next-token loss in nats over {int(intervention['n_sequences'].iloc[0])} "
+            f"sequences: " + ", ".join(parts)
         )
     return lines
 

@@ -137,6 +137,7 @@ def check_config(config: dict, families: dict[str, Family]) -> None:
         for corpus in family.corpora(config["analyses"][name])
     }
     check_view_sequences(config)
+    check_sink_positions(config)
     check_models(config, sorted(used))
     check_every_layer(config, families, model_depths(config))
 
@@ -278,6 +279,28 @@ def check_model_corpora(config: dict) -> None:
             settings = corpus_for_model(config, model, corpus)
             check_texts(f"{corpus} (as models.{model}.corpora sets it)", settings)
             check_repeated(f"{corpus} (as models.{model}.corpora sets it)", settings)
+
+
+def check_sink_positions(config: dict) -> None:
+    """Every norms corpus, as each model reads it, is at least `analyses.norms.sink_positions`
+    pieces long (`max_length`): Gu et al.'s Sink^eps reads each sequence's first that many
+    pieces, and leaves shorter sequences out."""
+    norms = config["analyses"]["norms"]
+    if not norms.get("enabled", True):
+        return
+    positions = norms.get("sink_positions", 64)
+    for corpus in norms.get("corpora", []):
+        if corpus not in config["corpora"]:
+            continue  # named by check_config
+        for model in config["models"]:
+            length = corpus_for_model(config, model, corpus)["max_length"]
+            if length < positions:
+                raise ConfigError(
+                    f"config: analyses.norms.sink_positions is {positions}, but corpora."
+                    f"{corpus}.max_length is {length} for model {model!r}: Sink^eps reads each "
+                    "sequence's first sink_positions pieces; lower sink_positions or raise "
+                    "max_length"
+                )
 
 
 def check_view_sequences(config: dict) -> None:

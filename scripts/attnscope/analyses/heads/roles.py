@@ -12,8 +12,8 @@ Sources, by the name of the table's input (`SOURCES`):
              previous_token (`repeat_scores`)
     weights  weights' heads.tsv (Clark 2019): mass on [CLS]/first, [SEP], punctuation;
              attention to the previous, next piece and itself; mean entropy (broad)
-    sinks    norms' sink_heads.tsv: alpha_first, the mean weight on the first position over
-             the first query rows (Gu et al.'s Sink^eps per head)
+    sinks    norms' sink_heads.tsv: sink_rate, the share of sequences in which the importance
+             of the first key exceeds sink_epsilon (Gu et al.'s indicator, per head)
     syntax   probing's syntax_heads.tsv and syntax_best.tsv (the offset baseline): per head
              the dependency relation (and direction) it predicts best above the baseline, on
              relations with at least MIN_PAIRS pairs
@@ -59,8 +59,8 @@ ROLES = (
          "mean weight from a second-copy query to its piece's first occurrence"),
     Role("previous_token", "previous_token", "repeat", 0.4, UNIT, "previous",
          "mean weight on the previous piece, repeated corpus"),
-    Role("sink", "sink_alpha_first", "sinks", 0.3, UNIT, "first",
-         "mean weight on the first position over the first query rows (Sink^eps)"),
+    Role("sink", "sink_rate", "sinks", 0.5, UNIT, "first",
+         "share of sequences in which the first key's importance exceeds sink_epsilon (Gu)"),
     Role("cls", "cls", "weights", 0.6, UNIT, None, "mean mass on [CLS] / the first piece"),
     Role("sep", "sep", "weights", 0.6, UNIT, None, "mean mass on [SEP]"),
     Role("punct", "punct", "weights", 0.6, UNIT, None, "mean mass on . and ,"),
@@ -119,9 +119,7 @@ def source_scores(tables: dict[str, pd.DataFrame | None]) -> dict[str, pd.DataFr
                                               "previous_token"]],
         "weights": lambda t: t["weights_heads"][["layer", "head", "cls", "sep", "punct", "prev",
                                                  "next", "self", "entropy"]],
-        "sinks": lambda t: t["norms_sink_heads"][["layer", "head", "alpha_first"]].rename(
-            columns={"alpha_first": "sink_alpha_first"}
-        ),
+        "sinks": lambda t: t["norms_sink_heads"][["layer", "head", "sink_rate"]],
         "syntax": lambda t: syntax_scores(t["probing_syntax_heads"], t["probing_syntax_best"]),
         "coref": lambda t: coref_scores(t["probing_coref_heads"], t["probing_coref_best"]),
         "rotary": lambda t: rotary_scores(t["position_rotary_positional_heads"]),

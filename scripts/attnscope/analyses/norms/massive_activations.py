@@ -12,6 +12,14 @@ tokens, in the units of the stream:
 The table gives per l the means over those sequences (`first_max`, `other_median`, `ratio`),
 the largest ratio (`ratio_max`), and the feature k (0-based) that is the first position's
 largest most often (`top_dim`) with the share of sequences where it is (`top_dim_share`).
+
+Sun et al.'s criterion (`massive_dimensions`, the sink card): an entry x of a stored state is
+massive when |x| > `absolute` (100) and |x| >= `ratio` (1,000; the paper says "at least or
+around") times the state's median |x| over the corpus. Each entry's position is of a kind:
+the first position, a delimiter (a special piece, "." or ","), or an ordinary piece. Per
+(state, dim), a dimension massive on more than `ordinary_share` of the ordinary positions is
+an outlier that recurs on ordinary tokens (kind `ordinary`), kept apart from Sun et al.'s
+massive activations, which live on the first position and delimiters (kind `massive`).
 """
 
 from __future__ import annotations
@@ -20,9 +28,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from attnscope.analyses.norms.settings import MassiveCriterion
 from attnscope.core.checks import require_finite
 from attnscope.core.streaming import Moments
 from attnscope.core.tables import indexed_table
+from attnscope.core.tokens import OTHER
 
 
 def largest_features(X: torch.Tensor, mask: torch.Tensor) -> dict[str, np.ndarray]:
@@ -77,8 +87,17 @@ class MassiveActivations:
 
 # ---- Sun et al.'s criterion: which entries are massive --------------------------------------
 
-MASSIVE_ABSOLUTE = 100.0  # |x| above this ...
-MASSIVE_RELATIVE = 1000.0  # ... and at least this many times the layer's median |x|
+FIRST, DELIMITER, ORDINARY = "first", "delimiter", "ordinary"  # position kinds
+MASSIVE, RECURRING = "massive", "ordinary"  # kinds of a (state, dim)
+
+
+def position_kinds(category: np.ndarray) -> np.ndarray:
+    """The kind of every position: `first` (position 0, whatever its piece), `delimiter` (a
+    special piece or "." or "," later on: category CLS, SEP or PUNCT) or `ordinary` (any
+    other piece).  category [N, n] -> [N, n] str"""
+    kinds = np.where(category == OTHER, ORDINARY, DELIMITER).astype(object)
+    kinds[:, 0] = FIRST
+    return kinds
 
 
 def layer_median(X: np.ndarray, mask: np.ndarray) -> float:
@@ -88,23 +107,45 @@ def layer_median(X: np.ndarray, mask: np.ndarray) -> float:
     return float(np.median(np.abs(X[mask.astype(bool)])))
 
 
-def massive_entries(X: np.ndarray, mask: np.ndarray, median: float) -> np.ndarray:
-    """(sequence, position, feature) of every massive entry at a real position: |x| > 100 and
-    |x| >= 1000 x `median` (Sun et al. 2024).  X [N, n, d], mask [N, n] -> [E, 3] int"""
+def massive_entries(
+    X: np.ndarray, mask: np.ndarray, median: float, criterion: MassiveCriterion
+) -> np.ndarray:
+    """(sequence, position, feature) of every massive entry at a real position: |x| >
+    `criterion.absolute` and |x| >= `criterion.ratio` x `median` (Sun et al. 2024: 100 and
+    "at least or around" 1,000).  X [N, n, d], mask [N, n] -> [E, 3] int"""
     big = np.abs(X)
-    found = (big > MASSIVE_ABSOLUTE) & (big >= MASSIVE_RELATIVE * median)
+    found = (big > criterion.absolute) & (big >= criterion.ratio * median)
     return np.argwhere(found & mask.astype(bool)[..., None])
 
 
-def massive_dimensions(hidden, mask: np.ndarray, input_ids: np.ndarray, token_of) -> pd.DataFrame:
-    """Every massive entry of every stored state: `state dim sequence position piece value
-    layer_median ratio` (state 0 = the embedding output, l = layer l's output; dim 0-based;
-    ratio = |value| / layer_median). `hidden(state)` -> [N, n, d] of that state (one state in
-    memory at a time); `token_of` maps piece ids to their text."""
+def dimension_kinds(entries: pd.DataFrame, n_ordinary: int, share: float) -> pd.DataFrame:
+    """Per (state, dim) of `entries` (`massive_dimensions`' columns state, dim and
+    position_kind): `ordinary_share`, the share of the `n_ordinary` ordinary positions where
+    it is massive, and `kind`: `ordinary` (an outlier that recurs on ordinary tokens: share
+    above `share`) or `massive` (Sun et al.'s: on the first positions and delimiters)."""
+    ordinary = entries["position_kind"] == ORDINARY
+    counts = ordinary.groupby([entries["state"], entries["dim"]]).sum()
+    shares = counts / max(n_ordinary, 1)
+    kinds = np.where(shares > share, RECURRING, MASSIVE)
+    return pd.DataFrame({"ordinary_share": shares, "kind": kinds}, index=counts.index)
+
+
+def massive_dimensions(
+    hidden, tokens: dict[str, np.ndarray], token_of, criterion: MassiveCriterion
+) -> pd.DataFrame:
+    """Every massive entry of every stored state: `state dim sequence position piece
+    position_kind value layer_median ratio ordinary_share kind` (state 0 = the embedding
+    output, l = layer l's output; dim 0-based; ratio = |value| / layer_median; the last two
+    of its (state, dim), `dimension_kinds`). `hidden`: (state, [N, n, d]) pairs (one state
+    in memory at a time); `tokens`: the store's attention_mask, input_ids and category;
+    `token_of` maps piece ids to their text."""
+    mask, ids = tokens["attention_mask"], tokens["input_ids"]
+    kinds = position_kinds(tokens["category"])
+    n_ordinary = int(((kinds == ORDINARY) & mask.astype(bool)).sum())
     frames = []
     for state, X in hidden:
         median = layer_median(X, mask)
-        s, p, k = massive_entries(X, mask, median).T
+        s, p, k = massive_entries(X, mask, median, criterion).T
         values = X[s, p, k].astype(np.float64)
         frames.append(
             pd.DataFrame(
@@ -113,11 +154,14 @@ def massive_dimensions(hidden, mask: np.ndarray, input_ids: np.ndarray, token_of
                     "dim": k,
                     "sequence": s,
                     "position": p,
-                    "piece": token_of(input_ids[s, p].tolist()),
+                    "piece": token_of(ids[s, p].tolist()),
+                    "position_kind": kinds[s, p].astype(str),
                     "value": values,
                     "layer_median": median,
                     "ratio": np.abs(values) / median if median > 0 else np.inf,
                 }
             )
         )
-    return pd.concat(frames, ignore_index=True)
+    found = pd.concat(frames, ignore_index=True)
+    by_dim = dimension_kinds(found, n_ordinary, criterion.ordinary_share)
+    return found.join(by_dim, on=["state", "dim"])

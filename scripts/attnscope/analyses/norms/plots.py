@@ -163,24 +163,30 @@ def sink_card(
     sink_kobayashi: pd.DataFrame,
     title: str,
 ):
-    """The attention-sink card: per layer the share of heads with a mean first-position
-    weight above eps, on the corpus and on its repeated-token control (Gu et al. 2024); the
-    first position's weight along the stream by query position, one line per layer (Xiao et
-    al. 2023); its share of alpha against its share of the norms (Kobayashi). eps and the
-    positions averaged are read from the table."""
+    """The attention-sink card: per layer Gu et al.'s Sink^eps (the per-sequence sink
+    indicator averaged over sequences and heads) on the corpus, on their repeated-token
+    control (one piece everywhere, no BOS) and on the BOS-anchored input (Gu et al. 2024);
+    the first position's weight along the stream by query position, one line per layer
+    (Xiao et al. 2023); its share of alpha against its share of the norms (Kobayashi). eps
+    and the positions read are read from the table."""
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(16, 4.4))
     per_layer = sink_epsilon[sink_epsilon["layer"].astype(str) != "all"]
     overall = sink_epsilon[sink_epsilon["layer"].astype(str) == "all"].iloc[0]
     layers = per_layer["layer"].astype(int).to_numpy()
-    width = 0.4
-    left.bar(layers - width / 2, per_layer["sink_share"], width, label="corpus")
-    left.bar(layers + width / 2, per_layer["sink_share_control"], width, label="repeated token")
-    left.set(xlabel="layer", ylabel="share of heads that are sinks", ylim=(0, 1.05))
+    width = 0.28
+    bars = (
+        ("sink_share", "corpus"),
+        ("sink_share_control", "one piece, no BOS (Gu's control)"),
+        ("sink_share_anchored", "one piece, BOS kept"),
+    )
+    for offset, (column, label) in zip((-width, 0, width), bars, strict=True):
+        left.bar(layers + offset, per_layer[column], width, label=label)
+    left.set(xlabel="layer", ylabel="Sink^eps (heads x sequences)", ylim=(0, 1.05))
     layer_ticks(left, layers)
     left.legend(fontsize="small")
     eps, positions = overall["epsilon"], int(overall["positions"])
     left.set_title(
-        f"Sink^{eps:g} over i < {positions}: {overall['sink_share']:.2f} "
+        f"Sink^{eps:g}, first {positions} pieces: {overall['sink_share']:.2f} "
         f"(control {overall['sink_share_control']:.2f})"
     )
     stream_layers = sorted(sink_stream["layer"].unique())
