@@ -433,3 +433,32 @@ def test_a_gguf_models_contrast_is_checked_before_any_job(tiny_gguf, tmp_path, m
     with pytest.raises(ConfigError, match="model 'm': analyses.mixing.contrast: .* same piece"):
         check_models(config, [])
     assert not (tmp_path / "resources").exists()
+
+
+def test_a_ggufs_summary_is_read_once_per_content(tmp_path, monkeypatch):
+    """Every Snakemake start reads each GGUF's config (Gemma 3's vocabulary: a minute to
+    parse): the summary is kept on disk under the file's SHA-256, so a fresh process parses
+    nothing for the same bytes, and a file with other bytes is read anew."""
+    from conftest import write_tiny_gguf_model
+
+    monkeypatch.setenv("ATTNSCOPE_CACHE", str(tmp_path / "cache"))
+    path, _ = write_tiny_gguf_model(tmp_path / "gguf")
+    config, size = gguf.gguf_config(path), gguf.dequantised_bytes(path)
+    assert size == 4 * sum(int(t.n_elements) for t in gguf._reader(path).tensors)
+
+    def no_parse(*args):
+        raise AssertionError("parsed again")
+
+    for cached in (gguf._summary_of, gguf._config_of, gguf._reader_of):
+        cached.cache_clear()  # as in a fresh process
+    monkeypatch.setattr(gguf, "_config_of", no_parse)
+    monkeypatch.setattr(gguf, "_reader_of", no_parse)
+    copy = tmp_path / "elsewhere" / "copy.gguf"
+    copy.parent.mkdir()
+    copy.write_bytes(path.read_bytes())
+    assert gguf.gguf_config(copy) == config and gguf.dequantised_bytes(copy) == size
+    with open(copy, "ab") as f:
+        f.write(b"\0")  # other bytes: another summary
+    gguf._summary_of.cache_clear()
+    with pytest.raises(AssertionError, match="parsed again"):
+        gguf.gguf_config(copy)

@@ -13,11 +13,12 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import json
+import os
 import shutil
 from collections import Counter
 from pathlib import Path
 
-from attnscope.core.files import scratch_folder, sha256_of
+from attnscope.core.files import atomic_path, scratch_folder, sha256_of
 
 SOURCE_RECORD = "gguf_source.json"  # in the dequantised folder: the GGUF it was made from
 
@@ -194,9 +195,53 @@ def _config_of(path: str, size: int, mtime_ns: int) -> dict:
 
 def gguf_config(path: Path) -> dict:
     """The config.json (as a dict) of the model in a GGUF file, from its metadata alone
-    (seconds for a 100 MB file; cached while the file is unchanged)."""
+    (seconds for a 100 MB file, a minute for Gemma 3's vocabulary; kept in the summary cache,
+    `summary`)."""
+    return summary(path)["config"]
+
+
+def cache_folder() -> Path:
+    """Where the GGUF summaries are kept: $ATTNSCOPE_CACHE, else $XDG_CACHE_HOME/attnscope
+    (~/.cache/attnscope), under gguf/."""
+    base = os.environ.get("ATTNSCOPE_CACHE") or Path(
+        os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache", "attnscope"
+    )
+    return Path(base) / "gguf"
+
+
+def summary(path: Path) -> dict:
+    """{"config": config.json as a dict, "dequantised_bytes": float32 bytes} of a GGUF file,
+    read once per content: cached on disk under its SHA-256 and the reading packages' versions
+    (`cache_folder`), so that every Snakemake start (the checks before any job) does not parse
+    a large vocabulary again; an unwritable cache only costs the parse."""
     stat = path.stat()
-    return _config_of(str(path), stat.st_size, stat.st_mtime_ns)
+    return _summary_of(str(path), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _summary_of(path: str, size: int, mtime_ns: int) -> dict:
+    key = "-".join([sha256_of(Path(path)), *(f"{k}{v}" for k, v in _versions().items())])
+    cached = cache_folder() / f"{key}.json"
+    try:
+        found = json.loads(cached.read_text())
+        labels = found["config"].get("id2label")  # JSON keeps string keys only
+        if labels is not None:
+            found["config"]["id2label"] = {int(k): v for k, v in labels.items()}
+        return found
+    except (OSError, ValueError, KeyError):
+        pass
+    reader = _reader(Path(path))
+    found = {
+        "config": _config_of(path, size, mtime_ns),
+        "dequantised_bytes": 4 * sum(int(tensor.n_elements) for tensor in reader.tensors),
+    }
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(cached) as partial:
+            partial.write_text(json.dumps(found))
+    except OSError:
+        pass
+    return found
 
 
 def gguf_tokenizer(path: Path):
@@ -341,7 +386,7 @@ def _write_folder(path: Path, folder: Path) -> None:
 def dequantised_bytes(path: Path) -> int:
     """Bytes of the float32 weights a GGUF dequantises to (its folder's model.safetensors,
     header aside): 4 per element of each of its tensors."""
-    return 4 * sum(int(tensor.n_elements) for tensor in _reader(path).tensors)
+    return summary(path)["dequantised_bytes"]
 
 
 def _no_room(path: Path, folder: Path) -> str:
