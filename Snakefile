@@ -16,7 +16,11 @@ configfile: str(Path(workflow.basedir) / "config" / "config.yaml")
 # value and keeps the rest.
 sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
 import attnscope.pipeline.config_checks as checks  # noqa: E402
-from attnscope.pipeline.user_config import replace_user_blocks  # noqa: E402
+from attnscope.pipeline.outputs import families  # noqa: E402
+from attnscope.pipeline.user_config import (  # noqa: E402
+    replace_user_blocks,
+    skip_unnamed_families,
+)
 
 replace_user_blocks(config, workflow.config_settings.overwrite_config)
 
@@ -26,6 +30,14 @@ checks.check_config_files(workflow.configfiles)
 validate(config, "config/schema.yaml")
 # JSON Schema's integer accepts 2.0: integer settings written as floats are refused here.
 checks.check_integer_settings(config, Path(workflow.basedir) / "config" / "schema.yaml")
+# A family newer than the user's config (never named under its analyses:) whose built-in
+# corpora that config's corpora: leaves out is switched off, and said so before any job.
+# (Printed by the main process alone: a cluster job parses the Snakefile again.)
+for line in skip_unnamed_families(
+    config, workflow.config_settings.overwrite_config, families()
+):
+    if workflow.is_main_process:
+        print(line, file=sys.stderr)
 
 
 report: "report/workflow.rst"

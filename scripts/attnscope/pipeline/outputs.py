@@ -157,6 +157,13 @@ class Family:
             return list(settings["corpora"])
         return [settings["corpus"]] if settings.get("corpus") else []
 
+    def corpus_keys(self, settings: dict) -> list[str]:
+        """The setting keys that name the family's corpora (`corpus_roles`, or `corpora:` /
+        `corpus:`)."""
+        if self.corpus_roles:
+            return list(self.corpus_roles)
+        return ["corpora" if "corpora" in settings else "corpus"]
+
     def files(self) -> dict[str, list[str]]:
         """{scope: path patterns} of every table and figure, wildcards model and corpus."""
         out = {scope: [self.table(f, scope) for f in files] for scope, files in self.tables.items()}
