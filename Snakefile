@@ -85,13 +85,14 @@ onstart:
     if workflow.local_exec:
         check_local_device(config["device"], config["compute_dtype"])
     # Each model and corpus's largest job's working memory, printed (a warning where it
-    # exceeds the available memory); the stores still to write, printed: a disk without room
-    # for them stops the run here.
+    # exceeds the available memory); the stores this run's jobs still write, printed (and a
+    # corpus whose data cannot fill its n_sequences): a disk without room stops the run here.
     from attnscope.pipeline.memory_estimate import print_memory_estimate
     from attnscope.pipeline.disk_estimate import check_disk_space
 
     print_memory_estimate(config, FAMILIES)
-    check_disk_space(config, FAMILIES)
+    made = {str(path) for job in workflow.dag.needrun_jobs() for path in job.output}
+    check_disk_space(config, FAMILIES, needed=made)
     # Writers killed with kill -9 leave `<output>.partial` files; only those whose lock no
     # live writer holds (of this run or another in the same folder) are removed.
     from attnscope.core.files import remove_stale_partials
