@@ -656,8 +656,17 @@ def test_disk_estimate_bounds_the_states_and_sizes_the_maps_exactly(tiny_run):
 
 
 def test_a_run_larger_than_the_disk_stops_before_any_job(tmp_path, tiny_model_dir):
+    """A corpus whose size only encoding tells (clark) with n_sequences 10^10 is sized at face
+    value and stops the run before any job; wiki's 10^10, which WikiText-2 cannot fill, is
+    sized by its paragraph pairs and said so; a target that writes no states, the encoded
+    corpus, runs (item m16)."""
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps([{"tokens": ["[CLS]", "a", "cat", "[SEP]"]}] * 3))
     config = small_config({"tiny": {"source": "path", "path": str(tiny_model_dir)}})
     config["corpora"]["wiki"]["n_sequences"] = 10**10
+    config["corpora"]["mine"] = {"kind": "clark", "path": str(mine), "max_length": 48}
+    config["corpora"]["mine"]["n_sequences"] = 10**10
+    config["analyses"]["norms"]["corpora"] = ["wiki", "mine"]
     config["batch_size"] = 10**6  # 10^6 x 4 heads x 48^2 x 4 bytes: 37 GB of attention
     result = snakemake(tmp_path, config)
     text = result.stdout + result.stderr
@@ -665,12 +674,17 @@ def test_a_run_larger_than_the_disk_stops_before_any_job(tmp_path, tiny_model_di
     # the memory estimate comes first and warns; the disk estimate stops the run
     assert "memory estimate (working memory beside the model's weights" in text
     assert "tiny/wiki: extract_hidden_states about " in text and "MORE than the" in text
+    assert "warning: corpus 'wiki': n_sequences 10000000000, but its data can yield" in text
     # 3 states x 10^10 x 48 x 32 x 4 bytes; the norm maps 2 layers x 10^10 x 48^2 x 4 bytes
-    assert "results/tiny/wiki/hidden_states.h5: 184320.00 GB" in text, text[-3000:]
-    assert "results/tiny/wiki/norms/attn_n_maps.h5: 184320.00 GB" in text
+    assert "results/tiny/mine/hidden_states.h5: 184320.00 GB" in text, text[-3000:]
+    assert "results/tiny/mine/norms/attn_n_maps.h5: 184320.00 GB" in text
     assert "disk estimate: 3686" in text and "the stores still to write need about 3686" in text
     assert "Select jobs to execute" not in text
     assert not (tmp_path / "results/tiny").exists()
+    encoded = "results/tiny/mine/encoded.h5"
+    result = snakemake(tmp_path, config, encoded)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert (tmp_path / encoded).is_file()
 
 
 def reversed_keys(value):
