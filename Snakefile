@@ -16,7 +16,11 @@ configfile: str(Path(workflow.basedir) / "config" / "config.yaml")
 # value and keeps the rest.
 sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
 import attnscope.pipeline.config_checks as checks  # noqa: E402
-from attnscope.pipeline.user_config import replace_user_blocks  # noqa: E402
+from attnscope.pipeline.outputs import families  # noqa: E402
+from attnscope.pipeline.user_config import (  # noqa: E402
+    replace_user_blocks,
+    skip_unnamed_families,
+)
 
 replace_user_blocks(config, workflow.config_settings.overwrite_config)
 
@@ -26,6 +30,14 @@ checks.check_config_files(workflow.configfiles)
 validate(config, "config/schema.yaml")
 # JSON Schema's integer accepts 2.0: integer settings written as floats are refused here.
 checks.check_integer_settings(config, Path(workflow.basedir) / "config" / "schema.yaml")
+# A family newer than the user's config (never named under its analyses:) whose built-in
+# corpora that config's corpora: leaves out is switched off, and said so before any job.
+# (Printed by the main process alone: a cluster job parses the Snakefile again.)
+for line in skip_unnamed_families(
+    config, workflow.config_settings.overwrite_config, families()
+):
+    if workflow.is_main_process:
+        print(line, file=sys.stderr)
 
 
 report: "report/workflow.rst"
@@ -75,13 +87,14 @@ onstart:
     if workflow.local_exec:
         check_local_device(config["device"], config["compute_dtype"])
     # Each model and corpus's largest job's working memory, printed (a warning where it
-    # exceeds the available memory); the stores still to write, printed: a disk without room
-    # for them stops the run here.
+    # exceeds the available memory); the stores this run's jobs still write, printed (and a
+    # corpus whose data cannot fill its n_sequences): a disk without room stops the run here.
     from attnscope.pipeline.memory_estimate import print_memory_estimate
     from attnscope.pipeline.disk_estimate import check_disk_space
 
     print_memory_estimate(config, FAMILIES)
-    check_disk_space(config, FAMILIES)
+    made = {str(path) for job in workflow.dag.needrun_jobs() for path in job.output}
+    check_disk_space(config, FAMILIES, needed=made)
     # Writers killed with kill -9 leave `<output>.partial` files (results/) and folders (a
     # GGUF's dequantisation, resources/models/<name>.<random>.partial); only those whose lock
     # no live writer holds (of this run or another in the same folder) are removed.

@@ -9,6 +9,7 @@ ATTEND_OUT = FAMILIES["attend"]
 rule attend:
     input:
         family_targets("attend"),
+        report_targets(),
 
 
 rule attend_compute:

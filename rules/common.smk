@@ -201,8 +201,22 @@ def foundation_targets():
     )
 
 
+def config_record():
+    """results/software/configs/<hash>.yaml: the effective configuration of this run, named by
+    the first 12 hex digits of the SHA-256 of its canonical JSON, so that a run on another
+    configuration in the same results folder adds its own record beside the earlier ones.
+    """
+    import hashlib
+    import json
+
+    text = json.dumps(canonical(config), sort_keys=True)
+    return f"results/software/configs/{hashlib.sha256(text.encode()).hexdigest()[:12]}.yaml"
+
+
 def report_targets():
-    return ["results/software/versions.tsv", "results/software/config.yaml"]
+    """The software and configuration records: every run, and every family's part (`snakemake
+    norms`), makes them, and its report (`make report`) carries them."""
+    return ["results/software/versions.tsv", config_record()]
 
 
 # Figures: one rule per declared figure (rules/figures.smk).

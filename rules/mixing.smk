@@ -13,6 +13,7 @@ MIXING_PARAMS = dict(
 rule mixing:
     input:
         family_targets("mixing"),
+        report_targets(),
 
 
 # With shards: S > 1, S mixing_shard jobs analyse a block of layers each and mixing_compute

@@ -19,6 +19,7 @@ NORMS_PARAMS = dict(
 rule norms:
     input:
         family_targets("norms"),
+        report_targets(),
 
 
 rule norms_affine:

@@ -17,6 +17,7 @@ POSITION_SCAN_PARAMS = dict(
 rule position:
     input:
         family_targets("position"),
+        report_targets(),
 
 
 rule position_embeddings:

@@ -8,6 +8,7 @@ PROBING_OUT = FAMILIES["probing"]
 rule probing:
     input:
         family_targets("probing"),
+        report_targets(),
 
 
 rule probing_syntax:

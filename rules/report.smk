@@ -20,7 +20,7 @@ rule software_versions:
 rule config_snapshot:
     output:
         report(
-            "results/software/config.yaml",
+            config_record(),
             caption="../report/configuration.rst",
             category="Configuration",
         ),

@@ -8,6 +8,7 @@ VIEWS_OUT = FAMILIES["views"]
 rule views:
     input:
         family_targets("views"),
+        report_targets(),
 
 
 rule views_pages:

@@ -8,6 +8,7 @@ WEIGHTS_OUT = FAMILIES["weights"]
 rule weights:
     input:
         family_targets("weights"),
+        report_targets(),
 
 
 # With shards: S > 1, S weights_shard jobs analyse a block of layers each and weights_stats

@@ -210,8 +210,11 @@ def family(request):
     return request.param
 
 
-def write_tiny_encoded(path, family: str, batch: int = 4, length: int = 16, seed: int = 1):
-    """An encoded.h5 of random pieces laid out START a.. SEP b.. SEP, with ragged lengths.
+def write_tiny_encoded(
+    path, family: str, batch: int = 4, length: int = 16, seed: int = 1, ragged: bool = True
+):
+    """An encoded.h5 of random pieces laid out START a.. SEP b.. SEP, with ragged lengths
+    (`ragged`) or every sequence `length` pieces long.
 
     Pieces: id 2 = START, id 3 = SEP, id 4 = punct; categories filled accordingly.
     """
@@ -222,6 +225,8 @@ def write_tiny_encoded(path, family: str, batch: int = 4, length: int = 16, seed
 
     ids, mask = tiny_batch(family, batch, length, seed)
     ids, mask = ids.numpy().astype(np.int32), mask.numpy().astype(np.int8)
+    if not ragged:
+        mask[:] = 1
     category = np.full(ids.shape, OTHER, dtype=np.int8)
     types = np.zeros(ids.shape, dtype=np.int8)
     for b in range(batch):

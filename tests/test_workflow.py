@@ -549,7 +549,9 @@ def test_layer_streamed_loading_gives_the_whole_models_results(tiny_run, tmp_pat
     assert "masked LM head on cpu, route layer-streamed" in gradients  # the layerwise backward
     compared = compare_results(workdir / "results", tmp_path / "results")
     differences = compared.stdout.splitlines()[:-1]  # the last line counts the files
-    assert differences == ["software/config.yaml: bytes differ"], compared.stdout[-3000:]
+    # only the configuration records differ: each folder holds its own run's
+    assert len(differences) == 2, compared.stdout[-3000:]
+    assert all(line.startswith("software/configs/") for line in differences), differences
     rules = scheduled_rules(snakemake(workdir, streamed, "--dry-run"))
     assert rules <= {"all", "config_snapshot"}, rules
 
@@ -699,7 +701,9 @@ def test_disk_estimate_bounds_the_states_and_sizes_the_maps_exactly(tiny_run):
     )
 
     workdir, _ = tiny_run
-    config = yaml.safe_load((workdir / "results/software/config.yaml").read_text())
+    records = (workdir / "results/software/configs").glob("*.yaml")
+    first = min(records, key=lambda path: path.stat().st_mtime_ns)  # the tiny run's own
+    config = yaml.safe_load(first.read_text())
     planned = planned_files(config, FAMILIES, workdir / "results")
     names = {p.path.relative_to(workdir / "results/tiny").as_posix() for p in planned}
     assert {"wiki/hidden_states.h5", "wiki/norms/attn_n_maps.h5"} <= names
@@ -722,8 +726,17 @@ def test_disk_estimate_bounds_the_states_and_sizes_the_maps_exactly(tiny_run):
 
 
 def test_a_run_larger_than_the_disk_stops_before_any_job(tmp_path, tiny_model_dir):
+    """A corpus whose size only encoding tells (clark) with n_sequences 10^10 is sized at face
+    value and stops the run before any job; wiki's 10^10, which WikiText-2 cannot fill, is
+    sized by its paragraph pairs and said so; a target that writes no states, the encoded
+    corpus, runs (item m16)."""
+    mine = tmp_path / "mine.json"
+    mine.write_text(json.dumps([{"tokens": ["[CLS]", "a", "cat", "[SEP]"]}] * 3))
     config = small_config({"tiny": {"source": "path", "path": str(tiny_model_dir)}})
     config["corpora"]["wiki"]["n_sequences"] = 10**10
+    config["corpora"]["mine"] = {"kind": "clark", "path": str(mine), "max_length": 48}
+    config["corpora"]["mine"]["n_sequences"] = 10**10
+    config["analyses"]["norms"]["corpora"] = ["wiki", "mine"]
     config["batch_size"] = 10**6  # 10^6 x 4 heads x 48^2 x 4 bytes: 37 GB of attention
     result = snakemake(tmp_path, config)
     text = result.stdout + result.stderr
@@ -731,12 +744,17 @@ def test_a_run_larger_than_the_disk_stops_before_any_job(tmp_path, tiny_model_di
     # the memory estimate comes first and warns; the disk estimate stops the run
     assert "memory estimate (working memory beside the model's weights" in text
     assert "tiny/wiki: extract_hidden_states about " in text and "MORE than the" in text
+    assert "warning: corpus 'wiki': n_sequences 10000000000, but its data can yield" in text
     # 3 states x 10^10 x 48 x 32 x 4 bytes; the norm maps 2 layers x 10^10 x 48^2 x 4 bytes
-    assert "results/tiny/wiki/hidden_states.h5: 184320.00 GB" in text, text[-3000:]
-    assert "results/tiny/wiki/norms/attn_n_maps.h5: 184320.00 GB" in text
+    assert "results/tiny/mine/hidden_states.h5: 184320.00 GB" in text, text[-3000:]
+    assert "results/tiny/mine/norms/attn_n_maps.h5: 184320.00 GB" in text
     assert "disk estimate: 3686" in text and "the stores still to write need about 3686" in text
     assert "Select jobs to execute" not in text
     assert not (tmp_path / "results/tiny").exists()
+    encoded = "results/tiny/mine/encoded.h5"
+    result = snakemake(tmp_path, config, encoded)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert (tmp_path / encoded).is_file()
 
 
 def reversed_keys(value):
@@ -779,6 +797,8 @@ def test_one_family_builds_alone(tmp_path, tiny_model_dir, family):
     others = set(FAMILY_NAMES) - {family}
     assert family in rules and any(rule.startswith(f"{family}_") for rule in rules)
     assert not any(rule.split("_")[0] in others for rule in rules), rules
+    # the part's report (make report SNAKEMAKE_ARGS=<family>) carries the records (item m19)
+    assert {"software_versions", "config_snapshot"} <= rules, rules
 
 
 def test_switched_off_family_is_not_built(tmp_path, tiny_model_dir):
@@ -810,6 +830,52 @@ def test_my_configfile_can_view_only_my_texts(tmp_path, tiny_model_dir):
     text = result.stdout + result.stderr
     assert result.returncode == 0, text[-3000:]
     assert "results/tiny/texts/views" in text and "results/tiny/wiki/views" not in text
+
+
+def test_each_configuration_run_in_a_folder_keeps_its_record(tmp_path, tiny_model_dir):
+    """Item m20: a second configuration run in the same results folder adds its own
+    configuration record instead of overwriting the first one's; each holds its own run's
+    settings, and the same configuration again writes none."""
+    config = small_config({"tiny": {"source": "path", "path": str(tiny_model_dir)}})
+    other = yaml.safe_load(yaml.safe_dump(config))
+    other["analyses"]["weights"]["seed"] = 7
+    for run in (config, other, config):
+        result = snakemake(tmp_path, run, "config_snapshot")
+        assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    records = sorted((tmp_path / "results/software/configs").glob("*.yaml"))
+    seeds = sorted(yaml.safe_load(p.read_text())["analyses"]["weights"]["seed"] for p in records)
+    assert seeds == [0, 7], records
+
+
+def readme_yaml(section: str) -> str:
+    """The first YAML block of README.md after the line starting with `section`."""
+    text = (ROOT / "README.md").read_text()
+    after = text[text.index(f"\n{section}") :]
+    return after.split("```yaml\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readmes_long_window_config_plans_its_run(tmp_path):
+    """Item m21: README's 'A long window' config, as written, as a --configfile over the
+    built-in config: it names no attend corpora and replaces corpora: without wiki, so the
+    attend family is skipped (said so) and the families it names are planned."""
+    configfile = tmp_path / "long_window.yaml"
+    configfile.write_text(readme_yaml("A long window"))
+    command = [
+        str(SNAKEMAKE),
+        "--snakefile", str(ROOT / "Snakefile"),
+        "--directory", str(tmp_path),
+        "--configfile", str(configfile),
+        "--config", f"mirror={MIRROR}",
+        "--cores", "2", "--dry-run",
+    ]  # fmt: skip
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    text = result.stdout + result.stderr
+    assert result.returncode == 0, text[-3000:]
+    assert "analyses.attend is skipped" in text, text[-3000:]
+    rules = scheduled_rules(result)
+    assert {"weights_stats", "norms_compute", "position_corpus"} <= rules, rules
+    assert not any(rule.startswith("attend") for rule in rules), rules
+    assert "results/smollm2-135m/wiki4096/hidden_states.h5" in text
 
 
 def tiny_copy(tiny_model_dir, folder: Path, keep=lambda path: True) -> Path:
@@ -913,7 +979,8 @@ def test_report_builds(tiny_run):
     with zipfile.ZipFile(workdir / "results/report.zip") as archive:
         names = archive.namelist()
         html = archive.read("report/report.html").decode(errors="replace")
-    assert "versions.tsv" in html and "config.yaml" in html
+    records = [path.name for path in (workdir / "results/software/configs").glob("*.yaml")]
+    assert "versions.tsv" in html and any(record in html for record in records), records
     # each views folder lands whole in the zip, as report/data/raw/<hash>/<its files>
     folders = {Path(n).parent for n in names if n.endswith("/index.html")}
     pages = {

@@ -114,13 +114,14 @@ def check_config(config: dict, families: dict[str, Family]) -> None:
         settings = config["analyses"][name]
         if not settings.get("enabled", True):
             continue
-        key = "corpora" if "corpora" in settings else "corpus"
-        for corpus in family.corpora(settings):
-            if corpus not in corpora:
-                raise ConfigError(
-                    f"config: analyses.{name}.{key} names corpus {corpus!r}, which is not "
-                    f"defined under corpora: (defined: {', '.join(corpora)})"
-                )
+        for key in family.corpus_keys(settings):
+            named = settings.get(key) or []
+            for corpus in [named] if isinstance(named, str) else named:
+                if corpus not in corpora:
+                    raise ConfigError(
+                        f"config: analyses.{name}.{key} names corpus {corpus!r}, which is not "
+                        f"defined under corpora: (defined: {', '.join(corpora)})"
+                    )
         for key, kinds in family.corpus_kinds.items():
             corpus = settings.get(key)
             if corpus in corpora and corpora[corpus]["kind"] not in kinds:

@@ -108,9 +108,10 @@ class Family:
     every_layer  corpus tables that need every layer's states (the whole depth, or all heads
               at once): with a subset of `layers:` they and the figures drawn from them are
               not made; a family all of whose corpus tables need every layer cannot run then
-    part_bytes  (settings, ModelShape, n_sequences, length) -> bytes at most of the arrays in
-              one layer shard's pickled accumulators (`{shard}.pkl`, `pipeline.shards`), for
-              the disk estimate; None: the family has no layer shards
+    part_bytes  (settings, ModelShape, n_sequences, length, layers) -> bytes at most of the
+              arrays in one layer shard's pickled accumulators (`{shard}.pkl`,
+              `pipeline.shards`) when it analyses `layers` of the model's, for the disk
+              estimate; None: the family has no layer shards
     shard_maps  files of `map_bytes` that the layer shards write, each its layers' share
               (`{shard}.h5`), until the gathering job has copied them into the one file
     run_pages  pages over every model of a run (results/<family>_<name>.html: the heads
@@ -128,7 +129,7 @@ class Family:
     map_bytes: Callable[[dict, int, int, int], dict[str, int]] = lambda *shape: {}
     needs: tuple[Needs, ...] = ()
     every_layer: tuple[str, ...] = ()
-    part_bytes: Callable[[dict, ModelShape, int, int], int] | None = None
+    part_bytes: Callable[[dict, ModelShape, int, int, int], int] | None = None
     shard_maps: tuple[str, ...] = ()
     run_pages: tuple[str, ...] = ()
 
@@ -167,6 +168,13 @@ class Family:
         if "corpora" in settings:
             return list(settings["corpora"])
         return [settings["corpus"]] if settings.get("corpus") else []
+
+    def corpus_keys(self, settings: dict) -> list[str]:
+        """The setting keys that name the family's corpora (`corpus_roles`, or `corpora:` /
+        `corpus:`)."""
+        if self.corpus_roles:
+            return list(self.corpus_roles)
+        return ["corpora" if "corpora" in settings else "corpus"]
 
     def files(self) -> dict[str, list[str]]:
         """{scope: path patterns} of every table and figure, wildcards model and corpus."""

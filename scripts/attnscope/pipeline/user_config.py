@@ -7,6 +7,11 @@ user's, and `analyses.views.sequences: {}` would get the built-in wiki sequences
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from attnscope.pipeline.outputs import Family
+
 REPLACED_BLOCKS = (("models",), ("corpora",), ("analyses", "views", "sequences"))
 
 
@@ -36,3 +41,30 @@ def cut_to_context(settings: dict, limit: int) -> dict:
     if settings.get("cut_to_context") and settings["max_length"] > limit:
         return settings | {"max_length": limit}
     return settings
+
+
+def skip_unnamed_families(
+    config: dict, user_config: dict, families: dict[str, Family]
+) -> list[str]:
+    """Switch off, in place, each enabled family that `user_config` (the user's --configfile
+    and --config) never names under `analyses:` and whose built-in corpora are not defined
+    under `corpora:` (a config written before the family existed, replacing `corpora:`);
+    returns one line per family switched off, saying how to enable it. A family the user
+    names keeps its corpora, which check_config then requires to exist."""
+    named = user_config.get("analyses") or {}
+    defined = config["corpora"]
+    skipped = []
+    for name, family in families.items():
+        settings = config["analyses"][name]
+        if name in named or not settings.get("enabled", True):
+            continue
+        missing = [corpus for corpus in family.corpora(settings) if corpus not in defined]
+        if missing:
+            settings["enabled"] = False
+            keys = " / ".join(f"analyses.{name}.{key}" for key in family.corpus_keys(settings))
+            skipped.append(
+                f"analyses.{name} is skipped: it reads corpus {', '.join(map(repr, missing))} by "
+                f"default, which your corpora: does not define; to run it, set {keys} to "
+                f"corpora you define (or define {missing[0]!r} under corpora:)"
+            )
+    return skipped

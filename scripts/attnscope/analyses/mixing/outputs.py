@@ -17,7 +17,9 @@ def map_bytes(settings: dict, n_layers: int, n_sequences: int, length: int) -> d
     }
 
 
-def part_bytes(settings: dict, shape: ModelShape, n_sequences: int, length: int) -> int:
+def part_bytes(
+    settings: dict, shape: ModelShape, n_sequences: int, length: int, layers: int
+) -> int:
     """A shard's `MixingResult`: the ratios' moments (5 float64 per scope and layer) and the
     RSA sums and counts (2 float64 per pair of scopes and layer)."""
     scopes = len(SCOPES)

@@ -28,14 +28,19 @@ def map_bytes(settings: dict, n_layers: int, n_sequences: int, length: int) -> d
     }
 
 
-def part_bytes(settings: dict, shape: ModelShape, n_sequences: int, length: int) -> int:
-    """A shard's `NormsAccumulator`: per category (4), a Spearman sample of at most
-    `spearman_sample_size` rows kept and as many buffered, of 4 float64 fields and a float64
-    key, no more rows than pairs; the per-layer and per-head moments (under 128 float64 per
-    head), and the massive activations' dimensions (at most the width per state)."""
+def part_bytes(
+    settings: dict, shape: ModelShape, n_sequences: int, length: int, layers: int
+) -> int:
+    """A shard's `NormsAccumulator` for its `layers` of the model's `shape.n_layers`: per
+    category (4), a Spearman sample (`BottomKSample`) of at most `spearman_sample_size` rows
+    and fewer than a quarter of that buffered, of 4 float64 fields and a float64 key, in all
+    no more rows than the shard's pairs (N x layers x H x length^2); the whole model's moments
+    (under 48 float64 per layer and head, 32 per layer), and the massive activations' counts
+    per dimension (at most the width per state)."""
     L, H = shape.n_layers, shape.n_heads
-    rows = min(2 * settings["spearman_sample_size"], n_sequences * L * H * length**2)
-    return 8 * (4 * rows * (4 + 1) + 128 * L * H + (L + 1) * (shape.d_model + 32))
+    size = settings["spearman_sample_size"]
+    rows = min(4 * (size + size // 4), n_sequences * layers * H * length**2)
+    return 8 * (rows * (4 + 1) + 48 * L * H + 32 * L + (L + 1) * (shape.d_model + 16))
 
 
 def problems(settings: dict):

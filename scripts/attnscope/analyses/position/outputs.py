@@ -3,7 +3,9 @@
 from attnscope.pipeline.outputs import Family, Figure, ModelShape
 
 
-def part_bytes(settings: dict, shape: ModelShape, n_sequences: int, length: int) -> int:
+def part_bytes(
+    settings: dict, shape: ModelShape, n_sequences: int, length: int, layers: int
+) -> int:
     """A shard's `PassResult` (`corpus_pass.PassResult.zeros`), float64: tr_t(A) of every
     sequence [N, L, H, 2 t_max + 1] and, per layer and head, the spectra (window at most the
     length), eigenvalues (complex), eigen-waves, singular values and xcov/xcorr of r = d_head

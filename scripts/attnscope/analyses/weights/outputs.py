@@ -3,7 +3,9 @@
 from attnscope.pipeline.outputs import Family, Figure, ModelShape
 
 
-def part_bytes(settings: dict, shape: ModelShape, n_sequences: int, length: int) -> int:
+def part_bytes(
+    settings: dict, shape: ModelShape, n_sequences: int, length: int, layers: int
+) -> int:
     """A shard's `StatisticsAccumulator`: a float64 sum and count per head statistic (under
     16), layer and head."""
     return 8 * (2 * 16 * shape.n_layers * shape.n_heads + 2)

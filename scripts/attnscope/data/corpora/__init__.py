@@ -19,6 +19,9 @@ With mask_rate > 0, round(mask_rate * n) of the n non-special pieces of each seq
 replaced by the mask token (numpy default_rng(mask_seed), sequences in order); each sequence's
 meta then holds "masked" (positions) and "masked_ids" (the original ids, e.g. MLM labels).
 
+A reader module may give `most_sequences(files, settings)`, the most sequences its data can
+yield whatever the tokenizer: the disk estimate sizes an unreachable `n_sequences` by it.
+
 Each kind's reading and decisions are in the module named like it (wiki, wiki_windows, ewt,
 gap, clark, texts, repeated_random; wiki512 is wiki_windows under the name older configs
 use); `layout` holds what they share. Adding a kind: a module here with
@@ -71,6 +74,14 @@ class CorpusKind:
         """Candidate sequences from `files` (the data files) and `settings` (defaults filled)."""
         module = importlib.import_module(f"{__name__}.{self.module or self.name}")
         return module.read(files, pieces, settings)
+
+    def most_sequences(self, files: list[str], settings: dict) -> int | None:
+        """At most how many sequences the kind yields from its data `files` with `settings`,
+        whatever the tokenizer (the reader module's `most_sequences`); None where only
+        encoding tells (clark, texts: their own setting)."""
+        module = importlib.import_module(f"{__name__}.{self.module or self.name}")
+        most = getattr(module, "most_sequences", None)
+        return most(files, {**DEFAULTS, **settings}) if most and self.data_files else None
 
     def own_files(self, settings: dict) -> list[str]:
         """The user's file named by the kind's own setting ([path] for clark), else []."""

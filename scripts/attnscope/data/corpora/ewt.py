@@ -85,6 +85,12 @@ def split_quotas(n_sequences: int, n_files: int) -> list[int | None]:
     return [n_sequences // n_files + (k < n_sequences % n_files) for k in range(n_files)]
 
 
+def most_sequences(files: list[str], settings: dict) -> int:
+    """The sentence pairs of `files` (a document's odd last sentence alone): at most as many
+    sequences, whatever the tokenizer."""
+    return sum((len(document) + 1) // 2 for document in conllu_documents(files))
+
+
 def read(files: list[str], pieces: Pieces, settings: dict) -> Iterator[Sequence]:
     """Dev's pairs, then test's. With `n_sequences` > 0 each split gives its share of them
     (`split_quotas`, counting pairs within `max_length`), so that a small corpus still has

@@ -31,6 +31,15 @@ def spaces_before(text: str, spans: list[tuple[str, int, int]]) -> list[bool]:
     return [i > 0 and text[start - 1].isspace() for i, (_, start, _) in enumerate(spans)]
 
 
+def most_sequences(files: list[str], settings: dict) -> int:
+    """The snippets (rows) of `files`: at most as many sequences."""
+    count = 0
+    for path in files:
+        with open(path, encoding="utf-8", newline="") as f:
+            count += sum(1 for _ in csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return count
+
+
 def read(files: list[str], pieces: Pieces, settings: dict) -> Iterator[Sequence]:
     for path in files:
         with open(path, encoding="utf-8", newline="") as f:

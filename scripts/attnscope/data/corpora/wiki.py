@@ -45,6 +45,15 @@ def read(files: list[str], pieces: Pieces, settings: dict) -> Iterator[Sequence]
                 yield seq
 
 
+def most_sequences(files: list[str], settings: dict) -> int:
+    """The paragraph pairs of `files`: at most as many sequences, whatever the tokenizer."""
+    pairs, article = 0, 0
+    for new_article, _ in paragraphs(files):
+        article = 1 if new_article else article + 1
+        pairs += article % 2 == 0
+    return pairs
+
+
 def _pair(a: list[str], b: list[str], pieces: Pieces, max_length: int) -> Sequence | None:
     """Truncate the longer segment word by word until START a SEP b SEP fits; None if emptied."""
     pa, pb = pieces(a), pieces(b)

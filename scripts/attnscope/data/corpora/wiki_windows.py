@@ -20,6 +20,14 @@ from attnscope.data.corpora.layout import Pieces, Sequence
 from attnscope.data.corpora.wiki import paragraphs
 
 
+def most_sequences(files: list[str], settings: dict) -> int:
+    """Windows at most, whatever the tokenizer: a word's pieces are at most its UTF-8 bytes
+    and a piece for the space before it (WordPiece, byte-level BPE, SentencePiece with byte
+    fallback)."""
+    pieces = sum(len(w.encode()) + 1 for _, words in paragraphs(files) for w in words)
+    return pieces // (settings["max_length"] - 1)
+
+
 def read(files: list[str], pieces: Pieces, settings: dict) -> Iterator[Sequence]:
     window = settings["max_length"] - 1
     n = settings["n_sequences"]
