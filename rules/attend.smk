@@ -11,8 +11,17 @@ rule attend:
         family_targets("attend"),
 
 
+def attend_needs(wildcards):
+    """The norms family's massive dimensions (`massive_directions`), but for a layer subset
+    (the sink card that finds them needs every layer): then no direction split."""
+    if LAYERS[wildcards.model] != "all":
+        return {}
+    return needed_tables("attend")(wildcards)
+
+
 rule attend_compute:
     input:
+        unpack(attend_needs),
         manifest=manifest,
         hidden_states=hidden_states,
     output:
@@ -21,6 +30,7 @@ rule attend_compute:
         bands=ATTEND_OUT.table("bands.tsv"),
         trt_terms=ATTEND_OUT.table("trt_terms.tsv"),
         decomposition_check=ATTEND_OUT.table("decomposition_check.tsv"),
+        groups=ATTEND_OUT.table("groups.tsv"),
     log:
         "results/{model}/{corpus}/logs/attend_compute.log",
     benchmark:
@@ -36,5 +46,6 @@ rule attend_compute:
         sequences=ATTEND["sequences"],
         component_window=ATTEND["component_window"],
         top_k=ATTEND["top_k"],
+        massive_directions=ATTEND["massive_directions"],
     script:
         "../scripts/attend_compute.py"
