@@ -15,13 +15,14 @@ rows. The tables give means per counted row (logit units):
     trt_terms.tsv   layer head pair t value: the tr_t profile of each embedding term pair
                 (`trt_terms.PROFILES`), the mean over sequences (learned-position models)
 
-The pair sums, K x C_l x C_l float64 per head at each analysed layer l (K weightings: 4
-for decoders, 7 for encoders; C_l = 2 + (l - 1)(H + 1) components with one embedding
-component, fewer with a `component_window`), are kept in a scratch HDF5 file between
-sequences (`HeadSums`): memory holds one head's at a time whatever the depth and the number
-of sequences. On disk, for all layers: SmolLM2-135M (30 layers, 9 heads, C up to 292) about
-250 MB, MiniLM-L6 (C up to 69) about 7 MB, Llama-3.2-1B (16 layers, 32 heads, C up to 497)
-about 1.4 GB; the marginals and bands (K x C per head) stay in memory.
+The pair sums, K x C_l x C_l float64 per head at each analysed layer l (K weightings: 6
+for decoders, 9 for encoders, the token classes included; C_l = 2 + (l - 1)(H + 1)
+components with one embedding component, fewer with a `component_window`), are kept in a
+scratch HDF5 file between sequences (`HeadSums`): memory holds one head's at a time
+whatever the depth and the number of sequences. On disk, for all layers: SmolLM2-135M (30
+layers, 9 heads, C up to 292) about 380 MB, MiniLM-L6 (C up to 69) about 9 MB,
+Llama-3.2-1B (16 layers, 32 heads, C up to 497) about 2.1 GB; the marginals, bands,
+directions and check scales (K x C at most per head) stay in memory.
 """
 
 from __future__ import annotations
