@@ -1027,6 +1027,11 @@ def test_default_pipeline_on_a_slice(tmp_path):
             },
             "analyses.probing reads the mixing family's maps.h5",
         ),
+        # the atlas issue: attend's direction split reads the norms family's massive dimensions
+        (
+            {"analyses": {"norms": {"enabled": False}}},
+            "analyses.attend reads the norms family's massive_dimensions.tsv",
+        ),
         # issue 35, item 21: a model folder without weight files (made in the test)
         (
             {"models": {"m": {"source": "path", "path": WEIGHTLESS}}, "loading": "layer-streamed"},
