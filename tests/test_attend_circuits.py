@@ -255,3 +255,22 @@ def test_a_grouping_that_misses_its_total_fails(tmp_path):
     stored[1, 0] += 1.0 + abs(stored[1]).sum()
     with pytest.raises(CheckError, match="layer 2: attend stage groups"):
         groups_table(sums, BOUND)
+
+
+@pytest.mark.parametrize(
+    "family", ["electra", "roberta", "gemma2", "olmo2", "stablelm", "cohere", "gpt_neox", "mixtral"]
+)
+def test_the_direction_split_and_the_groupings_add_up_on_every_anatomy(tmp_path, family):
+    """QK-norms (per head, over all heads), sandwich norms, soft-capping, partial rotary,
+    parallel blocks, experts: the direction split's sum matches the logits (stage "lift
+    directions", checked in the pass) and every grouping its total (stage "groups")."""
+    model = tiny_model(family)
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", family)
+    sums, check, groups, groups_check = run(tmp_path, model, encoded, (0, 7), sequences=1)
+    assert {"lift directions", "lift (token classes)"} <= set(check["stage"])
+    assert check["max_rel"].max() <= BOUND and groups_check["max_rel"].max() <= BOUND
+    kinds = groups.groupby(["side", "kind"]).size()
+    assert set(kinds.index) == {
+        ("query", "block"), ("query", "head"), ("key", "block"), ("key", "head"),
+        ("key", "direction"),
+    }  # fmt: skip
