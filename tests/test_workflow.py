@@ -174,13 +174,15 @@ def check_attend_outputs(folder: Path, n_heads: int) -> dict[str, pd.DataFrame]:
     check = tables["decomposition_check"]
     first = ["state", "attention output", "lift", "lift pairs"]
     later = ["lift (token classes)", "lift pairs (token classes)", "groups"]
-    assert list(dict.fromkeys(check["stage"])) == first + later  # random: no massive entry
+    stages = list(dict.fromkeys(check["stage"]))  # "lift directions" where massive dimensions
+    assert stages[:4] == first and [s for s in stages[4:] if s != "lift directions"] == later
     assert (check["max_rel"] < 1e-4).all() and sorted(set(check["layer"])) == [1, 2]
     groups = tables["groups"]
     lifts = pd.concat([tables["lift"], tables["key_classes"]])
     totals = lifts[lifts["side"] == "total"].set_index(["layer", "head", "keys"])["lift"]
     sums = groups.groupby(["layer", "head", "keys", "side", "kind"])["lift"].sum()
-    assert len(sums) == len(totals) * 4  # query, key x block, head
+    directions = "lift directions" in stages  # then the key side's direction rows too
+    assert len(sums) == len(totals) * (5 if directions else 4)  # query, key x block, head
     want = totals[sums.index.droplevel(["side", "kind"])].to_numpy()
     np.testing.assert_allclose(sums, want, rtol=0, atol=1e-4 * np.abs(totals).max())
     lift = tables["lift"]
