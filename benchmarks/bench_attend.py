@@ -36,10 +36,18 @@ top of the model and its inputs; the time is the pass's wall time.
              layers, and the pair sums of `statistics.LiftSums`, K x H x C x C per layer, grow
              with it by design; with `--window w` (`component_window`) C is bounded, and
              only the pair sums' count of layers (small) grows
+    compare  with `--compare REV`: the attend family of this worktree (every key class, the
+             token classes induction and duplicate included, the key side split along one
+             residual dimension as along the massive ones, and groups.tsv made) against
+             the one of revision REV (`git archive` of its scripts/ into the folder), on the
+             same states over `--sequences` sequences: seconds per layer and sequence (wall
+             and the process's CPU time, the steadier of the two on a loaded machine), peak,
+             and the ratios now / REV
 
 Run: .venv/bin/python benchmarks/bench_attend.py [--shapes smollm2 llama-1b] [--layers 4]
      [--sequences 2] [--memory-sequences 1 2 4] [--length 128] [--folder /tmp/bench-attend]
      [--depths 4 8] [--window 2] [--skip-time] [--allocator job|release|default]
+     [--compare REV]
 """
 
 from __future__ import annotations
@@ -102,8 +110,16 @@ def peak_kib() -> tuple[int, int]:
     return int(field["VmRSS"].split()[0]), int(field["VmHWM"].split()[0])
 
 
+def use_scripts(folder: str) -> None:
+    """Import attnscope from `folder` (another revision's scripts/) from here on."""
+    for loaded in [n for n in sys.modules if n == "attnscope" or n.startswith("attnscope.")]:
+        del sys.modules[loaded]
+    sys.path.insert(0, folder)
+
+
 def child(family, model_folder: str, states: str, sequences: int, route, allocator, window):
-    """One family's pass in this process; prints {"seconds", "peak_mib"}."""
+    """One family's pass in this process; prints {"seconds", "peak_mib"}. `family` attend,
+    norms, or circuits: attend with a direction split (dimension 0) and groups.tsv's table."""
     import h5py
     from transformers import AutoModel
 
@@ -132,22 +148,33 @@ def child(family, model_folder: str, states: str, sequences: int, route, allocat
     with HiddenStates(states) as store, h5py.File(states + "-norms.h5", "w") as maps:
         Path("/proc/self/clear_refs").write_text("5")
         before = peak_kib()[0]
-        start = time.perf_counter()
-        if family == "attend":
+        start, cpu = time.perf_counter(), time.process_time()
+        if family in ("attend", "circuits"):
             settings = AttendSettings(sequences, max_rel_residual=BOUND, component_window=window)
-            attend(store, weights, model, settings)
+            if family == "attend":
+                attend(store, weights, model, settings)
+            else:
+                from attnscope.analyses.attend.groups import groups_table
+
+                sums, _ = attend(store, weights, model, settings, None, (0,))
+                groups_table(sums, BOUND)
         else:
             settings = NormsSettings(
                 4, spearman_sample_size=1000000, seed=0, max_rel_residual=BOUND
             )
             norms(store, weights, model, maps, settings)
-        seconds = time.perf_counter() - start
-    print(json.dumps({"seconds": seconds, "peak_mib": (peak_kib()[1] - before) / 1024}))
+        seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
+    peak = (peak_kib()[1] - before) / 1024
+    print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_mib": peak}))
 
 
 def measure(family, model_folder: Path, states: Path, sequences: int, route, allocator, window=0):
     command = [sys.executable, __file__, "--child", family, str(model_folder), str(states)]
     options = [str(sequences), "--route", route, "--allocator", allocator, "--window", str(window)]
+    if isinstance(route, tuple):  # (route, another revision's scripts/)
+        route, scripts = route
+        options = [str(sequences), "--route", route, "--allocator", allocator]
+        options += ["--window", str(window), "--scripts", scripts]
     done = subprocess.run([*command, *options], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-3000:])
@@ -168,13 +195,19 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=128)
     parser.add_argument("--folder", type=Path, default=Path("/tmp/bench-attend"))
     parser.add_argument("--child", nargs=4, metavar=("FAMILY", "MODEL", "STATES", "N"))
+    parser.add_argument("--compare", metavar="REV", help="attend now against revision REV")
+    parser.add_argument("--scripts", help="(child) import attnscope from this folder")
     args = parser.parse_args()
     if args.child:
+        if args.scripts:
+            use_scripts(args.scripts)
         family, model_folder, states, n = args.child
         return child(family, model_folder, states, int(n), args.route, args.allocator, args.window)
     args.folder.mkdir(parents=True, exist_ok=True)
     print(f"n = {args.length}, {args.layers} layers, {torch.get_num_threads()} threads, "
           f"allocator {args.allocator}")  # fmt: skip
+    if args.compare:
+        return compare(args)
     print("shape     family  sequences  s/layer/sequence  attend/norms  peak MiB")
     for shape in args.shapes:
         model = args.folder / name(shape, args.layers)
@@ -209,6 +242,42 @@ def main() -> None:
             print(f"{shape:9} attend, layer-streamed, window {args.window}, {depth} layers: "
                   f"{result['seconds'] / depth:.3f} s/layer, peak {result['peak_mib']:.0f} MiB "
                   f"({result['peak_mib'] / first:.2f} x {args.depths[0]} layers')")  # fmt: skip
+
+
+def compare(args) -> None:
+    """`--compare REV`: the attend family now (circuits) against revision REV's."""
+    old = args.folder / f"rev-{args.compare}"
+    if not old.is_dir():
+        old.mkdir(parents=True)
+        root = Path(__file__).resolve().parents[1]
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", args.compare, "scripts"],
+            capture_output=True,
+            check=True,
+        )
+        subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+    print(
+        f"shape     attend revision  s/layer/sequence  CPU s/layer/sequence  peak MiB  "
+        f"ratio now / {args.compare} (wall, CPU)"
+    )
+    for shape in args.shapes:
+        model = args.folder / name(shape, args.layers)
+        states = prepare(args.folder, shape, args.layers, args.sequences, args.length)
+        routes = {args.compare: ("whole-model", str(old / "scripts")), "now": "whole-model"}
+        families = {args.compare: "attend", "now": "circuits"}
+        found = {
+            rev: measure(families[rev], model, states, args.sequences, route, args.allocator)
+            for rev, route in routes.items()
+        }
+        count = args.layers * args.sequences
+        timed = ("seconds", "cpu_seconds")
+        per = {rev: {w: r[w] / count for w in timed} for rev, r in found.items()}
+        for rev, result in found.items():
+            ratio = ""
+            if rev == "now":
+                ratio = ", ".join(f"{v / per[args.compare][w]:.2f}" for w, v in per[rev].items())
+            wall, cpu, peak = per[rev]["seconds"], per[rev]["cpu_seconds"], result["peak_mib"]
+            print(f"{shape:9} {rev:16} {wall:16.3f}  {cpu:20.3f}  {peak:8.0f}  {ratio}")
 
 
 if __name__ == "__main__":

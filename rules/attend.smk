@@ -12,9 +12,18 @@ rule attend:
         report_targets(),
 
 
+def attend_needs(wildcards):
+    """The norms family's massive dimensions (`massive_directions`), but for a layer subset
+    (the sink card that finds them needs every layer): then no direction split."""
+    if LAYERS[wildcards.model] != "all":
+        return {}
+    return needed_tables("attend")(wildcards)
+
+
 rule attend_compute:
     input:
         layer_kinds=layer_kinds,
+        unpack(attend_needs),
         manifest=manifest,
         hidden_states=hidden_states,
     output:
@@ -23,6 +32,7 @@ rule attend_compute:
         bands=ATTEND_OUT.table("bands.tsv"),
         trt_terms=ATTEND_OUT.table("trt_terms.tsv"),
         decomposition_check=ATTEND_OUT.table("decomposition_check.tsv"),
+        groups=ATTEND_OUT.table("groups.tsv"),
     log:
         "results/{model}/{corpus}/logs/attend_compute.log",
     benchmark:
@@ -38,5 +48,6 @@ rule attend_compute:
         sequences=ATTEND["sequences"],
         component_window=ATTEND["component_window"],
         top_k=ATTEND["top_k"],
+        massive_directions=ATTEND["massive_directions"],
     script:
         "../scripts/attend_compute.py"

@@ -34,10 +34,32 @@ def sequence_inputs(store: HiddenStates, model, s: int) -> dict:
     return architecture(model.config.model_type).model_inputs(model, **arrays)
 
 
-def direct_lifts(found, alpha, category, causal) -> dict[str, tuple[np.ndarray, int, float]]:
+def write_repeated_store(tmp_path, family: str):
+    """(hidden_states.h5 path, model): `write_tiny_store`'s corpus with pieces 4..7 repeated
+    at 9..12 where both lie inside the sequence's first segment or the second, so that the
+    token classes (induction, duplicate) have keys; [SEP] is repeated in every sequence."""
+    import h5py
+
+    model = tiny_model(family)
+    encoded = write_tiny_encoded(tmp_path / f"{family}-encoded.h5", family)
+    with h5py.File(encoded, "r+") as f:
+        ids, mask = f["input_ids"][...], f["attention_mask"][...]
+        for b in range(ids.shape[0]):
+            n = int(mask[b].sum())
+            for source, target in zip(range(4, 8), range(9, 13), strict=True):
+                if target < n - 1 and n // 2 not in (source, target):
+                    ids[b, target] = ids[b, source]
+        f["input_ids"][...] = ids
+    path = tmp_path / f"{family}-hidden_states.h5"
+    extract(model, encoded, path, ExtractSettings(batch_size=3))
+    return path, model
+
+
+def direct_lifts(found, alpha, pieces, causal) -> dict[str, tuple[np.ndarray, int, float]]:
     """{keys: (sum over counted rows of lift_i(c, c') [C, C], rows, their max |T_ij(c, c')|
     summed: the float32 rounding's scale)} straight from the terms T_ij(c, c') [n, n, C, C]
-    and the module's weights alpha [n, n], row by row."""
+    and the module's weights alpha [n, n], row by row; pieces (category [n], ids [n])."""
+    category, ids = pieces
     T = found.terms.double()
     n = T.shape[0]
     out = {}
@@ -53,6 +75,10 @@ def direct_lifts(found, alpha, category, causal) -> dict[str, tuple[np.ndarray, 
                 chosen = [i - 1] if i >= 1 else []
             elif keys == "self":
                 chosen = [i]
+            elif keys == "induction":  # the piece after an earlier (or later) occurrence
+                chosen = [j for j in seen if j >= 1 and j != i + 1 and ids[j - 1] == ids[i]]
+            elif keys == "duplicate":  # another occurrence of the query's piece
+                chosen = [j for j in seen if j != i and ids[j] == ids[i]]
             else:
                 chosen = [j for j in seen if CATEGORY_NAMES[int(category[j])] == keys]
             if len(seen) < 2 or not chosen:
@@ -70,13 +96,17 @@ def direct_lifts(found, alpha, category, causal) -> dict[str, tuple[np.ndarray, 
 
 @pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
 def test_the_sums_equal_the_terms_of_attend_row_by_row(tmp_path, family):
-    path, model = write_tiny_store(tmp_path, family)
+    """Every weighting's sums, the token classes' included (induction, duplicate: on a corpus
+    with repeated pieces), equal a direct computation from the terms and the definition."""
+    path, model = write_repeated_store(tmp_path, family)
     weights = canonical_weights(model)
     with HiddenStates(path) as store:
         sums, check = corpus_pass(
             store, weights, model, AttendSettings(sequences=SEQUENCES, max_rel_residual=1e-4)
         )
-        assert set(check["stage"]) == {"state", "attention output", "lift", "lift pairs"}
+        first = ["state", "attention output", "lift", "lift pairs"]
+        tokens = ["lift (token classes)", "lift pairs (token classes)"]
+        assert list(dict.fromkeys(check["stage"])) == first + tokens  # the new ones after
         assert check["max_rel"].max() <= 1e-4
         for layer in range(weights.n_layers):
             want = {}
@@ -89,7 +119,8 @@ def test_the_sums_equal_the_terms_of_attend_row_by_row(tmp_path, family):
                     alpha = out.attentions[layer][0, head]
                     causal = weights.layers[layer].causal
                     n = int(store.lengths[s])
-                    direct = direct_lifts(found, alpha, store.category[s, :n], causal)
+                    pieces = store.category[s, :n], store.input_ids[s, :n]
+                    direct = direct_lifts(found, alpha, pieces, causal)
                     for keys, found_sums in direct.items():
                         old = want.get((head, keys), (0, 0, 0.0))
                         added = zip(old, found_sums, strict=True)
@@ -103,6 +134,8 @@ def test_the_sums_equal_the_terms_of_attend_row_by_row(tmp_path, family):
                 np.testing.assert_allclose(got["query"][k], total.sum(1), **close)
                 np.testing.assert_allclose(got["key"][k], total.sum(0), **close)
                 assert sums.rows[layer + 1][k] == rows
+                if keys in ("induction", "duplicate"):
+                    assert rows >= SEQUENCES  # the repeated pieces, [SEP]
                 # the rotary bands (one where there is no rotation) sum to the same lift
                 bands = got["bands"][k]
                 np.testing.assert_allclose(bands.sum(), total.sum(), rtol=0, atol=1e-5 * size)

@@ -136,6 +136,8 @@ def test_tiny_workflow_runs_every_rule(tiny_run):
         "CLS",
         "SEP",
         "punct",
+        "induction",
+        "duplicate",
     }
     assert attend["bands"]["status"].tolist() == ["not applicable: no rotary embedding"]
     trt = attend["trt_terms"]  # learned positions: 6 profiles x 21 offsets x 2 layers x 4 heads
@@ -184,14 +186,26 @@ def check_heads_outputs(workdir: Path, model: str, n_heads: int, causal: bool) -
 
 def check_attend_outputs(folder: Path, n_heads: int) -> dict[str, pd.DataFrame]:
     """The attend family's tables of one model on a 2-layer run: its checks under the bound,
-    one total per layer, head and key class with the top pairs and sides, the figure."""
+    one total per layer, head and key class with the top pairs and sides, the groupings
+    summing to the totals, the figure."""
     tables = {
         name: pd.read_csv(folder / f"{name}.tsv", sep="\t")
-        for name in ("lift", "key_classes", "bands", "trt_terms", "decomposition_check")
+        for name in ("lift", "key_classes", "bands", "trt_terms", "decomposition_check", "groups")
     }
     check = tables["decomposition_check"]
-    assert set(check["stage"]) == {"state", "attention output", "lift", "lift pairs"}
+    first = ["state", "attention output", "lift", "lift pairs"]
+    later = ["lift (token classes)", "lift pairs (token classes)", "groups"]
+    stages = list(dict.fromkeys(check["stage"]))  # "lift directions" where massive dimensions
+    assert stages[:4] == first and [s for s in stages[4:] if s != "lift directions"] == later
     assert (check["max_rel"] < 1e-4).all() and sorted(set(check["layer"])) == [1, 2]
+    groups = tables["groups"]
+    lifts = pd.concat([tables["lift"], tables["key_classes"]])
+    totals = lifts[lifts["side"] == "total"].set_index(["layer", "head", "keys"])["lift"]
+    sums = groups.groupby(["layer", "head", "keys", "side", "kind"])["lift"].sum()
+    directions = "lift directions" in stages  # then the key side's direction rows too
+    assert len(sums) == len(totals) * (5 if directions else 4)  # query, key x block, head
+    want = totals[sums.index.droplevel(["side", "kind"])].to_numpy()
+    np.testing.assert_allclose(sums, want, rtol=0, atol=1e-4 * np.abs(totals).max())
     lift = tables["lift"]
     totals = lift[lift["side"] == "total"]
     assert len(totals) == 2 * n_heads and set(lift["keys"]) == {"attended"}
@@ -330,7 +344,8 @@ def test_decoders_run_every_rule(decoder_run):
         check_heads_outputs(workdir, model, n_heads=4, causal=True)
         # the attend family: the rotary bands sum to each head's total lift
         attend = check_attend_outputs(results / "wiki/attend", n_heads=4)
-        assert set(attend["key_classes"]["keys"]) == {"first", "previous", "self"}
+        classes = {"first", "previous", "self", "induction", "duplicate"}
+        assert set(attend["key_classes"]["keys"]) == classes
         no_learned = ["not applicable: no learned position embeddings"]
         assert attend["trt_terms"]["status"].tolist() == no_learned
         classes = pd.concat([attend["lift"], attend["key_classes"]])
@@ -796,7 +811,10 @@ def test_one_family_builds_alone(tmp_path, tiny_model_dir, family):
     rules = scheduled_rules(snakemake(tmp_path, config, family, "--dry-run"))
     others = set(FAMILY_NAMES) - {family}
     assert family in rules and any(rule.startswith(f"{family}_") for rule in rules)
-    assert not any(rule.split("_")[0] in others for rule in rules), rules
+    # what a family's settings read of another (`Family.needs`) is built with it: attend's
+    # massive_directions (on by default) the norms sink card's massive_dimensions.tsv
+    needed = {"norms_compute", "norms_sink_card"} if family == "attend" else set()
+    assert not any(rule.split("_")[0] in others for rule in rules - needed), rules
     # the part's report (make report SNAKEMAKE_ARGS=<family>) carries the records (item m19)
     assert {"software_versions", "config_snapshot"} <= rules, rules
 
@@ -1147,6 +1165,11 @@ def test_default_pipeline_on_a_slice(tmp_path):
                 }
             },
             "analyses.probing reads the mixing family's maps.h5",
+        ),
+        # the atlas issue: attend's direction split reads the norms family's massive dimensions
+        (
+            {"analyses": {"norms": {"enabled": False}}},
+            "analyses.attend reads the norms family's massive_dimensions.tsv",
         ),
         # issue 35, item 21: a model folder without weight files (made in the test)
         (

@@ -63,6 +63,7 @@ from attnscope.core.canonical import (
 from attnscope.core.checks import require, residual
 
 BIAS = "bias"
+DIRECTIONS = ("dir.massive", "dir.rest")
 
 
 @dataclass
@@ -163,6 +164,16 @@ class _Split:
                 groups[name] = [c]
         parts = torch.stack([self.parts[members].sum(0) for members in groups.values()])
         return _Split(list(groups), parts, self.bias)
+
+
+def direction_split(X: torch.Tensor, dims) -> _Split:
+    """A state X [n, d] as two components along residual directions: X restricted to the
+    dimensions `dims` (0-based; e.g. the massive ones), `dir.massive`, and the rest of it,
+    `dir.rest`; bias 0. Through a norm with its scale fixed at X (`_Split.normed`) and the
+    query or key projection (`qk_split`) the parts stay exact: they sum to the real ones."""
+    chosen = torch.zeros(X.shape[-1], dtype=torch.bool, device=X.device)
+    chosen[list(dims)] = True
+    return _Split(list(DIRECTIONS), torch.stack([X * chosen, X * ~chosen]), torch.zeros_like(X))
 
 
 def written_by(name: str) -> int | None:

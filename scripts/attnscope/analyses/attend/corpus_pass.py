@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import logging
 
+import pandas as pd
 import torch
 
-from attnscope.analyses.attend.lift import key_weights, lift_sums, row_lifts
+from attnscope.analyses.attend.lift import TOKEN_CLASSES, key_weights, lift_sums, row_lifts
 from attnscope.analyses.attend.settings import AttendSettings
 from attnscope.analyses.attend.statistics import LiftSums
 from attnscope.analyses.attend.trt_terms import has_learned_positions, term_profiles
@@ -45,7 +46,15 @@ from attnscope.core.attention import (
 from attnscope.core.canonical import CanonicalModel, rotary_bands
 from attnscope.core.checks import ResidualLog, residual
 from attnscope.core.store import HiddenStates
-from attnscope.maps.attend import BIAS, embedding_split, layer_split, qk_split
+from attnscope.maps.attend import (
+    BIAS,
+    direction_split,
+    embedding_split,
+    layer_split,
+    qk_split,
+)
+
+FIRST_STAGES = ("state", "attention output", "lift", "lift pairs")
 
 
 def corpus_pass(
@@ -54,18 +63,22 @@ def corpus_pass(
     model,
     settings: AttendSettings,
     log: logging.Logger | None = None,
+    directions: tuple[int, ...] = (),
 ) -> tuple[LiftSums, object]:
     """The sums over the first `settings.sequences` sequences (all if fewer) and the residual
     table; `checks.CheckError` above `settings.max_rel_residual`. Layers: those the store was
-    made for."""
-    sums = LiftSums()
+    made for. `directions`: residual dimensions (0-based; the massive ones) along which the
+    key side is split too (`direction_lifts`); none: no split."""
+    sums = LiftSums(directions)
     residuals = ResidualLog(settings.max_rel_residual, log, "attend")
     for s in range(min(settings.sequences, store.n_sequences)):
         with torch.no_grad():
             sequence_pass(store, s, weights, model, settings, sums, residuals)
         if log:
             log.info("sequence %d: %d pieces", s, store.lengths[s])
-    return sums, residuals.table()
+    table = residuals.table()
+    first = table["stage"].isin(FIRST_STAGES)  # the rows of the stages added later after them
+    return sums, pd.concat([table[first], table[~first]], ignore_index=True)
 
 
 def _stored(store: HiddenStates, state: int, s: int, n: int, device: str):
@@ -90,7 +103,8 @@ def sequence_pass(store, s, weights, model, settings, sums: LiftSums, residuals)
     }
     inputs = arch.model_inputs(model, **arrays)
     mask = arrays["attention_mask"]
-    category = torch.from_numpy(store.category[s, :n].astype("int64")).to(device)
+    pieces = {"category": store.category[s, :n], "ids": store.input_ids[s, :n]}
+    pieces = {name: torch.from_numpy(v.astype("int64")).to(device) for name, v in pieces.items()}
     split = embedding_split(weights, inputs, embed_parts=True)
     X = _stored(store, 0, s, n, device)
     X = split.total() if X is None else X
@@ -100,7 +114,7 @@ def sequence_pass(store, s, weights, model, settings, sums: LiftSums, residuals)
         layer = handle.weights
         residuals.record(m + 1, "state", *residual(split.total()[None], X[None], mask))
         if m in store.layers:
-            head_lifts(split, X, mask, category, handle, sums, residuals)
+            head_lifts(split, X, mask, pieces, handle, sums, residuals)
         if m == last:
             break
         split = layer_split(split, X, mask, layer, m)
@@ -125,15 +139,16 @@ def head_queries_keys(split, X, layer):
     return Q, K
 
 
-def head_lifts(split, X, mask, category, handle: ModelLayer, sums, residuals) -> None:
-    """Every head's lift at layer `handle.index` (0-based) of one sequence."""
+def head_lifts(split, X, mask, pieces, handle: ModelLayer, sums, residuals) -> None:
+    """Every head's lift at layer `handle.index` (0-based) of one sequence; `pieces`
+    {"category", "ids"} [n] (`lift.key_weights`)."""
     layer, m = handle.weights, handle.index
     alpha = attention_probs(X[None], mask, layer)[0]  # [H, n, n]
     y = attention_output(alpha[None], value_vectors(X[None], layer), layer)
     y_real = handle.attention_output(X[None], mask)
     residuals.add(m + 1, "attention output", y, y_real, mask)
     visible = layer_visible_pairs(mask, layer)[0]
-    keys, W, rows = key_weights(alpha, visible, category, layer.causal)
+    keys, W, rows = key_weights(alpha, visible, pieces, layer.causal)
     sums.count(m + 1, rows)
     Q, K = head_queries_keys(split, X, layer)
     band = rotary_bands(layer.rotary, layer.d_head).to(X.device)
@@ -142,14 +157,41 @@ def head_lifts(split, X, mask, category, handle: ModelLayer, sums, residuals) ->
     logits = q @ k.transpose(-1, -2) * layer.scale
     want = row_lifts(logits, W).sum(-1)  # [H, K]
     size = ((logits.abs() * visible).amax(-1)[:, None] * rows).sum(-1)  # sum_i max_j |s_ij|
-    tiny = torch.finfo(size.dtype).tiny
-    pairs = found["pairs"].sum((-1, -2))  # [H, K]
-    for stage, got in (("lift", found["query"].sum(-1)), ("lift pairs", pairs)):
-        diff = (got - want).abs()
-        relative = diff / size.clamp_min(tiny)
-        residuals.record(m + 1, stage, float(diff.max()), float(relative.max()))
+    got = {"lift": found["query"].sum(-1), "lift pairs": found["pairs"].sum((-1, -2))}
+    if sums.directions:
+        found["directions"] = direction_lifts(X, Q.sum(1), W, layer, sums.directions)
+        got["lift directions"] = found["directions"].sum(-1)
+    tokens = torch.tensor([name in TOKEN_CLASSES for name in keys], device=X.device)
+    for stage, value in got.items():
+        diff = (value - want).abs()
+        relative = diff / size.clamp_min(torch.finfo(size.dtype).tiny)
+        # the token classes (induction, duplicate) under stages of their own, so that the
+        # rows of "lift" and "lift pairs" stay those of the other weightings
+        chosen = {stage: ~tokens, f"{stage} (token classes)": tokens}
+        if stage == "lift directions":
+            chosen = {stage: tokens | ~tokens}
+        for name, which in chosen.items():
+            worst = float(diff[:, which].max()), float(relative[:, which].max())
+            residuals.record(m + 1, name, *worst)
+    found["scale"] = size  # [H, K]: the checks' scale, for groups.tsv's check
     names = [*split.names, BIAS]
     if has_learned_positions(names):
         sums.add_trt(m + 1, term_profiles(Q, K, logits, visible, layer.scale, names))
     for h in range(layer.n_heads):
-        sums.add(m + 1, h + 1, names, keys, **{name: v[h] for name, v in found.items()})
+        sums.add(m + 1, h + 1, names, keys, {name: v[h] for name, v in found.items()})
+
+
+def direction_lifts(X, q, W, layer, directions) -> torch.Tensor:
+    """The key-side lift of every head and weighting split along residual directions: the
+    state X [n, d] as X restricted to the dimensions `directions` (0-based) and the rest of
+    it, each through the attention's input norm with its scale fixed at X and through the
+    key projection (`maps.attend.qk_split`; the key bias and the norm's shift join the
+    rest), each key part read by sum_i W_ij q_i (q [H, n, d'] summed over components).
+    -> [H, K, 2] (massive, rest); they sum to the key side's total."""
+    read = direction_split(X, directions).normed(layer.plan.attn_in_norm, X)
+    kv = [layer.kv_head(h) for h in range(layer.n_heads)]
+    k_parts, k_bias = qk_split(read, X, layer, "k")  # [2, H, n, d'], [H, n, d']
+    k_parts[1] += k_bias
+    K = k_parts[:, kv].transpose(0, 1)  # [H, 2, n, d']
+    qw = W.transpose(-1, -2) @ q[:, None]  # sum_i W_ij q_i  [H, K, n, d']
+    return torch.einsum("hknd,hcnd->hkc", qw, K) * layer.scale

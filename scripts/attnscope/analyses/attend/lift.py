@@ -22,6 +22,10 @@ The weightings (`key_weights`), each on the keys of V_i only:
     previous   key i - 1;   self: key i
     CLS, SEP, punct   (encoders) uniform over the row's keys of that category
                       (`core.tokens`; Clark et al.'s categories)
+    induction  the keys j whose previous piece is the query's piece (ids[j - 1] = ids[i],
+               j - 1 != i): where an induction head looks (Olsson et al. 2022)
+    duplicate  the keys j holding the query's piece (ids[j] = ids[i], j != i): where a
+               duplicate-token head looks (Wang et al. 2022)
 A row counts for a weighting when it sees at least two keys and at least one of the class.
 Per rotary band b (`canonical.rotary_bands`), over all components: scale q_i[b] . dk_i[b].
 """
@@ -34,18 +38,35 @@ from attnscope.core.tokens import CATEGORY_NAMES, CLS, PUNCT, SEP
 
 POSITION_CLASSES = ("first", "previous", "self")
 CATEGORY_CLASSES = {CATEGORY_NAMES[c]: c for c in (CLS, SEP, PUNCT)}
+TOKEN_CLASSES = ("induction", "duplicate")
 ATTENDED = "attended"
 
 
 def key_classes(causal: bool) -> list[str]:
-    """The key classes of a layer: the positional ones, and Clark's categories for encoders."""
-    return [*POSITION_CLASSES, *([] if causal else CATEGORY_CLASSES)]
+    """The key classes of a layer: the positional ones, Clark's categories for encoders, and
+    the token classes (induction, duplicate) last."""
+    return [*POSITION_CLASSES, *([] if causal else CATEGORY_CLASSES), *TOKEN_CLASSES]
 
 
-def key_weights(alpha: torch.Tensor, visible: torch.Tensor, category: torch.Tensor, causal):
+def token_members(ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The token classes of every query row (module docstring), visible or not.  ids [n] ->
+    {name: [n, n] bool, query i x key j}"""
+    n = ids.shape[0]
+    at = torch.arange(n, device=ids.device)
+    same = ids[:, None] == ids[None, :]  # ids[i] = ids[j]
+    before = torch.zeros_like(same)
+    before[:, 1:] = same[:, :-1]  # ids[i] = ids[j - 1]
+    return {
+        "induction": before & (at[None, :] - 1 != at[:, None]),
+        "duplicate": same & (at[None, :] != at[:, None]),
+    }
+
+
+def key_weights(alpha: torch.Tensor, visible: torch.Tensor, pieces: dict, causal):
     """The weightings of every head (module docstring) as W = w - u, zero on rows that do not
-    count, and which rows count.  alpha [H, n, n], visible [n, n] bool, category [n] ->
-    names [ATTENDED, *key_classes], W [H, K, n, n], rows [K, n] bool"""
+    count, and which rows count.  alpha [H, n, n], visible [n, n] bool, pieces {"category":
+    [n], "ids": [n]} (`core.tokens` categories, piece ids) -> names [ATTENDED,
+    *key_classes], W [H, K, n, n], rows [K, n] bool"""
     n = visible.shape[0]
     at = torch.arange(n, device=visible.device)
     members = {
@@ -54,7 +75,8 @@ def key_weights(alpha: torch.Tensor, visible: torch.Tensor, category: torch.Tens
         "self": at[None, :] == at[:, None],
     }
     for name, code in CATEGORY_CLASSES.items():
-        members[name] = (category == code)[None, :]
+        members[name] = (pieces["category"] == code)[None, :]
+    members |= token_members(pieces["ids"])
     names = key_classes(causal)
     member = torch.stack([members[name].expand(n, n) & visible for name in names])
     seen = visible.sum(-1)  # [n]

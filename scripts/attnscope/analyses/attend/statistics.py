@@ -15,13 +15,14 @@ rows. The tables give means per counted row (logit units):
     trt_terms.tsv   layer head pair t value: the tr_t profile of each embedding term pair
                 (`trt_terms.PROFILES`), the mean over sequences (learned-position models)
 
-The pair sums, K x C_l x C_l float64 per head at each analysed layer l (K weightings: 4
-for decoders, 7 for encoders; C_l = 2 + (l - 1)(H + 1) components with one embedding
-component, fewer with a `component_window`), are kept in a scratch HDF5 file between
-sequences (`HeadSums`): memory holds one head's at a time whatever the depth and the number
-of sequences. On disk, for all layers: SmolLM2-135M (30 layers, 9 heads, C up to 292) about
-250 MB, MiniLM-L6 (C up to 69) about 7 MB, Llama-3.2-1B (16 layers, 32 heads, C up to 497)
-about 1.4 GB; the marginals and bands (K x C per head) stay in memory.
+The pair sums, K x C_l x C_l float64 per head at each analysed layer l (K weightings: 6
+for decoders, 9 for encoders, the token classes included; C_l = 2 + (l - 1)(H + 1)
+components with one embedding component, fewer with a `component_window`), are kept in a
+scratch HDF5 file between sequences (`HeadSums`): memory holds one head's at a time
+whatever the depth and the number of sequences. On disk, for all layers: SmolLM2-135M (30
+layers, 9 heads, C up to 292) about 380 MB, MiniLM-L6 (C up to 69) about 9 MB,
+Llama-3.2-1B (16 layers, 32 heads, C up to 497) about 2.1 GB; the marginals, bands,
+directions and check scales (K x C at most per head) stay in memory.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from attnscope.analyses.attend.lift import ATTENDED
+from attnscope.analyses.attend.lift import ATTENDED, TOKEN_CLASSES
 from attnscope.analyses.attend.trt_terms import OFFSETS, PROFILES
 
 COLUMNS = ["layer", "head", "keys", "side", "query", "key", "n_rows", "lift", "share"]
@@ -85,9 +86,12 @@ def dataset(key: tuple[int, int]) -> str:
 
 
 class LiftSums:
-    """The sums of every analysed layer, fed one sequence, layer and head at a time."""
+    """The sums of every analysed layer, fed one sequence, layer and head at a time.
+    `directions`: the residual dimensions (0-based) the key side is split along as well
+    (`corpus_pass.direction_lifts`: "directions" [K, 2] per head); none: no split."""
 
-    def __init__(self):
+    def __init__(self, directions: tuple[int, ...] = ()):
+        self.directions = tuple(int(d) for d in directions)
         self.components: dict[int, list[str]] = {}  # layer (1-based) -> C names
         self.keys: dict[int, list[str]] = {}  # layer -> weighting names, ATTENDED first
         self.sums = HeadSums()  # (layer, head) -> the sums of `add`
@@ -95,11 +99,12 @@ class LiftSums:
         self.trt: dict[int, np.ndarray] = {}  # layer -> [H, P, T] tr_t profiles summed
         self.trt_sequences: dict[int, int] = {}  # layer -> sequences summed into trt
 
-    def add(self, layer: int, head: int, names, keys, pairs, query, key, bands) -> None:
-        """layer, head 1-based; names [C]; keys [K]; the sums over one sequence's rows:
-        pairs [K, C, C], query and key [K, C] (marginals), bands [K, B]."""
+    def add(self, layer: int, head: int, names, keys, new: dict[str, torch.Tensor]) -> None:
+        """layer, head 1-based; names [C]; keys [K]; `new` the sums over one sequence's rows:
+        pairs [K, C, C], query and key [K, C] (marginals), bands [K, B], scale [K] (the
+        sum over the counted rows of max_j |s_ij|: the scale of the checks), and with
+        `directions` directions [K, 2] (key side: massive, rest)."""
         self.components[layer], self.keys[layer] = list(names), list(keys)
-        new = {"pairs": pairs, "query": query, "key": key, "bands": bands}
         self.sums.add((layer, head), {n: v.double().cpu().numpy() for n, v in new.items()})
 
     def count(self, layer: int, rows: torch.Tensor) -> None:
@@ -123,8 +128,9 @@ class LiftSums:
         return pd.DataFrame(out, columns=["layer", "head", "pair", "t", "value"])
 
     def lift_table(self, top_k: int, classes: bool) -> pd.DataFrame:
-        """lift.tsv (`classes` False: the attended keys) or key_classes.tsv (module docstring)."""
-        out = []
+        """lift.tsv (`classes` False: the attended keys) or key_classes.tsv (module docstring);
+        the token classes' rows (induction, duplicate) after all the others'."""
+        out, tokens = [], []
         for (layer, head), sums in self.sums.items():
             names = self.components[layer]
             for k, keys in enumerate(self.keys[layer]):
@@ -132,21 +138,24 @@ class LiftSums:
                     continue
                 n_rows = int(self.rows[layer][k])
                 mean = {name: sums[name][k] / max(n_rows, 1) for name in ("pairs", "query", "key")}
+                chosen = tokens if keys in TOKEN_CLASSES else out
                 for row in head_rows(mean, names, top_k):
-                    out.append([layer, head, keys, *row[:3], n_rows, *row[3:]])
-        return pd.DataFrame(out, columns=COLUMNS)
+                    chosen.append([layer, head, keys, *row[:3], n_rows, *row[3:]])
+        return pd.DataFrame(out + tokens, columns=COLUMNS)
 
     def band_table(self) -> pd.DataFrame:
-        out = []
+        """bands.tsv (module docstring); the token classes' rows after all the others'."""
+        out, tokens = [], []
         for (layer, head), sums in self.sums.items():
             for k, keys in enumerate(self.keys[layer]):
                 n_rows = int(self.rows[layer][k])
                 mean = sums["bands"][k] / max(n_rows, 1)
                 total = mean.sum()
+                chosen = tokens if keys in TOKEN_CLASSES else out
                 for b, value in enumerate(mean):
-                    out.append([layer, head, keys, b, n_rows, value, share(value, total)])
+                    chosen.append([layer, head, keys, b, n_rows, value, share(value, total)])
         columns = ["layer", "head", "keys", "band", "n_rows", "lift", "share"]
-        return pd.DataFrame(out, columns=columns)
+        return pd.DataFrame(out + tokens, columns=columns)
 
 
 def share(value: float, total: float) -> float:
