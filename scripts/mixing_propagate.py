@@ -15,7 +15,7 @@ log.info("prediction head: %s", "none" if prediction.head is None else loaded.ma
 with (
     HiddenStates(job.input.hidden_states) as store,
     open_store(job.input.maps, "mixing_compute") as layer_maps,
-    atomic_h5(output.propagated) as propagated,
+    atomic_h5(output.propagated, chunk_cache=False) as propagated,
 ):
     result = depth_pass(
         store, loaded.weights, loaded.model, propagated, layer_maps, prediction, settings, log

@@ -208,3 +208,54 @@ def test_streamed_peak_memory_does_not_grow_with_depth(tmp_path):
     layer_mib = 7.1e6 * 4 / 2**20  # one BERT-base layer's float32 weights
     assert peaks[16, True] - peaks[2, True] < layer_mib, peaks
     assert peaks[16, False] - peaks[2, False] > 10 * layer_mib, peaks
+
+
+ABOVE_START_RUN = """
+import sys
+from pathlib import Path
+from attnscope.pipeline import runlog
+from attnscope.pipeline.extract import ExtractSettings, extract_streamed
+runlog.release_freed_memory()  # as the layer-streamed jobs set it (models.open_model)
+Path("/proc/self/clear_refs").write_text("5")  # VmHWM starts again from VmRSS
+def status(field):
+    return int(open("/proc/self/status").read().split(field + ":")[1].split()[0])
+start = status("VmRSS")
+extract_streamed(sys.argv[1], sys.argv[2], sys.argv[3], ExtractSettings(batch_size=4))
+print(status("VmHWM") - start)
+"""
+
+
+def test_streamed_extraction_peak_above_start_does_not_grow_with_depth(tmp_path):
+    """A random Llama (width 256, FF 512) with 2 and with 8 layers, 48 sequences of 128
+    pieces, in a fresh process with the jobs' allocator setting: the extraction's peak above
+    its start grows by less than 4 MiB. Each state's dataset is 6 MiB; with HDF5's chunk
+    cache (up to 8 MiB per open dataset in HDF5 2.0) every state kept its chunks, and the
+    8-layer peak was 6 states' worth (36 MiB) higher."""
+    from transformers import LlamaConfig, LlamaModel
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from bench_scale import write_corpus
+
+    encoded = tmp_path / "encoded.h5"
+    write_corpus(encoded, 2000, 48, 128)
+    above = {}
+    for layers in (2, 8):
+        torch.manual_seed(0)
+        config = LlamaConfig(
+            vocab_size=2000,
+            hidden_size=256,
+            num_attention_heads=4,
+            intermediate_size=512,
+            num_hidden_layers=layers,
+        )
+        folder = tmp_path / f"llama-{layers}"
+        LlamaModel(config).save_pretrained(folder)
+        args = [str(folder), str(encoded), str(tmp_path / f"states-{layers}.h5")]
+        run = subprocess.run(
+            [sys.executable, "-c", ABOVE_START_RUN, *args],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        above[layers] = int(run.stdout.split()[-1]) / 1024
+    assert above[8] - above[2] < 4, above

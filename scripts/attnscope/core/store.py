@@ -89,12 +89,17 @@ def open_store(path: str | Path, rule: str = "extract_hidden_states") -> h5py.Fi
 
 
 @contextmanager
-def atomic_h5(path: str | Path) -> Iterator[h5py.File]:
+def atomic_h5(path: str | Path, chunk_cache: bool = True) -> Iterator[h5py.File]:
     """Open `path`.partial for writing and rename it to `path` only on success.
 
-    A failed or killed writer leaves no file under the final name.
+    A failed or killed writer leaves no file under the final name. `chunk_cache` False: the
+    file's datasets get no HDF5 chunk cache, for writers that write each chunk once and hold
+    many datasets open (the hidden states, one per state; the propagated maps, one per
+    layer). HDF5 2.0 gives every open chunked dataset a cache of up to 8 MiB, which it fills
+    with chunks already written: extraction's memory grew by that much per layer.
     """
-    with atomic_path(path) as partial, h5py.File(partial, "w") as f:
+    options = {} if chunk_cache else {"rdcc_nbytes": 0}
+    with atomic_path(path) as partial, h5py.File(partial, "w", **options) as f:
         yield f
 
 

@@ -187,7 +187,10 @@ def state_store(encoded_path, out_path, config, dtype: str, attrs: dict | None, 
     only when the block ends without error): yields (token arrays, {state s: the `hidden/{s}`
     dataset [N, L, d]} of the states the `layers:` setting `layers` reads, the sequence
     lengths)."""
-    with open_store(encoded_path, "encode_corpus") as enc, atomic_h5(out_path) as out:
+    with (
+        open_store(encoded_path, "encode_corpus") as enc,
+        atomic_h5(out_path, chunk_cache=False) as out,  # each chunk is written once
+    ):
         arrays = {name: enc[name][()] for name in TOKEN_ARRAYS}
         n_seq, length = arrays["input_ids"].shape
         if n_seq == 0:
