@@ -485,8 +485,17 @@ def figure_rules(family: str, names: str = "") -> list[str]:
             "seed",
             7,
             # every figure: the affine one's seed; collect_shards: the (empty) shards folder
-            # the sink card reads attention_sinks.tsv, which norms_compute writes again
-            {"norms_compute", "norms_sink_card", "collect_shards", *figure_rules("norms")},
+            # the sink card reads attention_sinks.tsv, which norms_compute writes again; the
+            # heads family joins the sink card's sink_heads.tsv into its roles
+            {
+                "norms_compute",
+                "norms_sink_card",
+                "collect_shards",
+                *figure_rules("norms"),
+                "heads_roles",
+                "heads_overview",
+                *figure_rules("heads"),
+            },
         ),
         (
             "weights",
