@@ -12,18 +12,10 @@ rule attend:
         report_targets(),
 
 
-def attend_needs(wildcards):
-    """The norms family's massive dimensions (`massive_directions`), but for a layer subset
-    (the sink card that finds them needs every layer): then no direction split."""
-    if LAYERS[wildcards.model] != "all":
-        return {}
-    return needed_tables("attend")(wildcards)
-
-
 rule attend_compute:
     input:
-        layer_kinds=layer_kinds,
         unpack(attend_needs),
+        layer_kinds=layer_kinds,
         manifest=manifest,
         hidden_states=hidden_states,
     output:

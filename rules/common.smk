@@ -310,6 +310,14 @@ def needed_tables(family_name):
     return tables
 
 
+def attend_needs(wildcards):
+    """The norms family's massive dimensions (`massive_directions`), but for a layer subset
+    (the sink card that finds them needs every layer): then no direction split."""
+    if LAYERS[wildcards.model] != "all":
+        return {}
+    return needed_tables("attend")(wildcards)
+
+
 def needed_settings(family_name):
     """{key: value} of the other families' settings that the jobs of `family_name` read
     (`Family.needs`), passed to them as params."""
