@@ -59,6 +59,11 @@ include: "rules/figures.smk"
 include: "rules/report.smk"
 
 
+# Gu et al.'s Sink^eps reads each sequence's first sink_positions pieces: checked last, once
+# every other setting (and what one family reads of another) has been checked.
+checks.check_sink_positions(config)
+
+
 # Acquisition reads the network or the mirror (compute nodes often have no internet); the
 # aggregates and records are bookkeeping: all run on the machine that runs Snakemake.
 localrules:

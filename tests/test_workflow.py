@@ -1171,6 +1171,7 @@ def test_default_pipeline_on_a_slice(tmp_path):
                 "analyses": {
                     "probing": {"sources": ["weights", "AttnRes"]},
                     "mixing": {"enabled": False},
+                    "norms": {"corpora": ["wiki"], "sink_positions": 32},  # 48-piece wiki
                 }
             },
             "analyses.probing reads the mixing family's maps.h5",

@@ -138,7 +138,6 @@ def check_config(config: dict, families: dict[str, Family]) -> None:
         for corpus in family.corpora(config["analyses"][name])
     }
     check_view_sequences(config)
-    check_sink_positions(config)
     check_models(config, sorted(used))
     check_every_layer(config, families, model_depths(config))
 
