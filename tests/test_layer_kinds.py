@@ -257,3 +257,27 @@ def test_a_heatmap_labels_every_global_layer_of_gemma3_270m():
     heatmap_layer_ticks(ax, range(1, 19))  # without kinds: every other layer, as before
     assert [label.get_text() for label in ax.get_yticklabels()][:3] == ["1", "3", "5"]
     plt.close(fig)
+
+
+def test_a_shared_axis_heatmap_marks_the_global_layers():
+    """weights' relative_position draws three heatmaps sharing their layer axis; labelling
+    the global layers there failed on the shared axes' tick labels (a decoder workflow run)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    from attnscope.analyses.weights import plots
+
+    heads = pd.DataFrame(
+        [
+            {"layer": layer, "head": head, "prev": 0.1, "next": 0.2, "self": 0.3}
+            | {"attention": "global" if layer % 2 == 0 else "sliding"}
+            | {"window": None if layer % 2 == 0 else 4, "rope_theta": 1e4}
+            for layer in range(1, 5)
+            for head in range(1, 5)
+        ]
+    )
+    figure = plots.relative_position(heads=heads, title="t")
+    labels = {t.get_text(): t.get_color() for t in figure.axes[0].get_yticklabels()}
+    assert [text for text, colour in labels.items() if colour != ".15"] == ["2", "4"]

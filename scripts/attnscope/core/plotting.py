@@ -113,8 +113,9 @@ def heatmap_layer_ticks(ax, layers, axis: str = "y", kinds: pd.DataFrame | None 
     target.set_ticks(ticks, labels, rotation=0)
     if marked is None:
         return
-    for label, c in zip(target.get_ticklabels(), cells, strict=True):
-        if is_global[c]:
+    global_labels = {labels[i] for i, c in enumerate(cells) if is_global[c]}
+    for label in target.get_ticklabels():  # axes sharing this one (sharey) hold their own
+        if label.get_text() in global_labels:
             label.set_color(GLOBAL_COLOUR)
             label.set_fontweight("bold")
     target.set_label_text(f"{target.get_label_text() or 'layer'} ({_kinds_note(marked)})")
