@@ -10,7 +10,7 @@ job = Job(snakemake)
 manifest = job.manifest
 limit = architecture(manifest["model_type"]).max_positions(manifest["config"])
 settings = cut_to_context(dict(job.params.settings), limit)
-if settings["max_length"] < job.params.settings["max_length"]:
+if settings != dict(job.params.settings):
     job.log.info("max_length cut to the model's %d positions (cut_to_context)", limit)
 kind = settings["kind"]
 corpus = encode_corpus(kind, list(job.input.data), job.tokenizer(), settings)

@@ -436,9 +436,14 @@ def test_rotary_entry_scripts_write_every_table_and_figure(tmp_path, family_name
         "offsets": out / "rotary_offsets.tsv",
         "heads": out / "rotary_positional_heads.tsv",
         "check": out / "decomposition_check.tsv",
+        "ranking": out / "rotary_band_ranking.tsv",
     }
-    run_script("position_rotary", source | {"trt": corpus["trt.tsv.gz"]}, tables,
-               t_max=3, batch_size=3)  # fmt: skip
+    kinds = tmp_path / "layer_kinds.tsv"  # the model's two global layers (rule input)
+    kinds.write_text(
+        "layer\tattention\twindow\trope_theta\n1\tglobal\t\t10000.0\n2\tglobal\t\t10000.0\n"
+    )
+    run_script("position_rotary", source | {"trt": corpus["trt.tsv.gz"], "layer_kinds": kinds},
+               tables, t_max=3, batch_size=3)  # fmt: skip
     read = {name: pd.read_csv(path, sep="\t") for name, path in tables.items()}
     if family_name == "bert":
         for table in read.values():
