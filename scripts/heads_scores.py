@@ -11,7 +11,6 @@ from attnscope.core.files import write_table, write_text
 from attnscope.core.store import HiddenStates
 from attnscope.core.tables import layer_rows, not_applicable
 from attnscope.core.tokens import piece_labels
-from attnscope.maps.prediction import head_logits
 from attnscope.pipeline.job import Job
 
 job = Job(snakemake)
@@ -33,9 +32,8 @@ with HiddenStates(job.input.hidden_states) as store:
     elif not store.stores(store.n_layers):
         loss = not_applicable("layers: leaves out the last layer, whose output the head reads")
     else:
-        head, final_ln = loaded.head, loaded.weights.final_ln
         loss = in_context_loss(
-            store, lambda X: head_logits(head, final_ln, X), settings.batch_size, settings.device
+            store, loaded.head, loaded.weights.final_ln, settings.batch_size, settings.device
         )
     write_table(loss, output.in_context_loss)
     repeated = repeated_pattern(store, loaded.weights, settings.pattern_pieces, labels)

@@ -26,7 +26,6 @@ from attnscope.analyses.heads.roles import ROLE_NAMES, head_roles, threshold_pro
 from attnscope.architectures import architecture, canonical_weights, prediction_head
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CLS, OTHER
-from attnscope.maps.prediction import head_logits
 from attnscope.pipeline.extract import ExtractSettings, extract
 from conftest import TINY, Opened, tiny_model
 
@@ -193,7 +192,7 @@ def test_in_context_loss_equals_the_models_own_logits(tmp_path, family_name):
 
     head = prediction_head(model)
     with HiddenStates(store_path) as store:
-        loss = in_context_loss(store, lambda X: head_logits(head, weights.final_ln, X), 2)
+        loss = in_context_loss(store, head, weights.final_ln, 2)
         ids = store.input_ids
     with torch.no_grad():
         logits = model(torch.from_numpy(ids.astype(np.int64))).logits.double()

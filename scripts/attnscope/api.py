@@ -502,7 +502,6 @@ def atlas(
     from attnscope.analyses.heads.repeat_scores import in_context_loss, role_scores
     from attnscope.analyses.heads.roles import head_roles, threshold_problems
     from attnscope.core.tables import not_applicable
-    from attnscope.maps.prediction import head_logits
 
     model = _loaded(model)
     problems = threshold_problems(thresholds or {})
@@ -520,7 +519,7 @@ def atlas(
         scores = role_scores(store, model.weights, 8, model.device)
         if model.lm_head == "causal":
             head, final_ln = prediction_head(model.module), model.weights.final_ln
-            loss = in_context_loss(store, lambda X: head_logits(head, final_ln, X), 8)
+            loss = in_context_loss(store, head, final_ln, 8)
         else:
             loss = not_applicable("no causal language-model head (next-piece loss)")
         repeated = repeated_pattern(store, model.weights, 16, model.tokens)

@@ -20,6 +20,7 @@ import torch
 
 from attnscope.core.attention import attention_probs
 from attnscope.core.canonical import CanonicalModel
+from attnscope.core.lm_head import cross_entropy, head_input
 from attnscope.core.store import HiddenStates
 from attnscope.core.tables import indexed_table
 
@@ -95,19 +96,21 @@ def loss_positions(m: int) -> tuple[np.ndarray, np.ndarray]:
     return k, 1 + m + k - 1
 
 
-def in_context_loss(store: HiddenStates, logits_of, batch_size: int, device: str = "cpu"):
+def in_context_loss(store: HiddenStates, head, final_ln, batch_size: int, device: str = "cpu"):
     """`loss_first loss_second loss_drop n_sequences n_predictions`: the mean next-piece loss
-    (nats) on each copy. `logits_of(X_L)` -> [B, n, V], the LM head on the last state."""
+    (nats) on each copy, from the last stored state through the LM `head` (and `final_ln`),
+    the vocabulary in chunks (`core.lm_head.cross_entropy`: no [B, n, V] logits)."""
     totals, count = np.zeros(2), 0
     for batch in store.batches(store.n_layers, batch_size, device):
-        with torch.no_grad():
-            logp = torch.log_softmax(logits_of(batch.X).float(), dim=-1)
         for b, n in enumerate(batch.mask.sum(-1).cpu().numpy()):
             m = repeat_length(batch.input_ids[b], int(n))
             for c, rows in enumerate(loss_positions(m)):
                 targets = torch.from_numpy(batch.input_ids[b, rows + 1].astype(np.int64))
-                picked = logp[b, torch.from_numpy(rows), targets.to(logp.device)]
-                totals[c] -= float(picked.double().sum())
+                X = batch.X[b, torch.from_numpy(rows)]
+                with torch.no_grad():
+                    h = head_input(head, final_ln, X)
+                    losses = cross_entropy(head, h, targets.to(X.device))
+                totals[c] += float(losses.double().sum())
             count += m - 1
     first, second = totals / max(count, 1)
     return pd.DataFrame(
