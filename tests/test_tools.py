@@ -136,6 +136,21 @@ def test_check_tables_compare_as_residuals(tmp_path):
     assert compare(tmp_path / "a", tmp_path / "b").returncode == 1  # --rtol 0: bytes
 
 
+def test_empty_text_cells_compare_equal_within_rtol(tmp_path):
+    """A text column with empty cells (the layer kind of a summary row over all layers) agrees
+    with itself under --rtol, as it does byte for byte: pandas reads the cells as NaN, which
+    equals nothing; another text in a cell still differs."""
+    columns = ["layer", "mean", "attention"]
+    kinds = {"a": "global", "b": "global", "c": "sliding"}
+    for side, kind in kinds.items():
+        rows = [[1, 0.5, kind], ["all", 0.5, None]]
+        write_check(tmp_path / side, "x_summary.tsv", rows, columns)
+    same = compare(tmp_path / "a", tmp_path / "b", "--rtol", "1e-5")
+    assert same.returncode == 0, same.stdout
+    other = compare(tmp_path / "a", tmp_path / "c", "--rtol", "1e-5").stdout.splitlines()
+    assert other[:-1] == ["x_summary.tsv: column attention differs"]
+
+
 def check_store(store: Path, model, tmp_path: Path) -> subprocess.CompletedProcess:
     model.save_pretrained(tmp_path / "model")
     manifest = tmp_path / "manifest.json"

@@ -18,6 +18,7 @@ import yaml
 
 from attnscope.analyses.views.page import read_page
 from attnscope.core.files import sha256_of
+from attnscope.core.layer_kinds import GLOBAL, SLIDING
 from attnscope.pipeline.outputs import families
 
 FAMILIES = families()
@@ -302,7 +303,9 @@ def test_decoders_run_every_rule(decoder_run):
         trt = pd.read_csv(results / "wiki512/position/trt.tsv.gz", sep="\t")
         assert (trt["value"] >= 0).all() and (trt[trt.t > 0]["value"] == 0).all()  # causal
         norms = pd.read_csv(results / "wiki/norms/decomposition_check.tsv", sep="\t")
-        assert np.isfinite(norms.select_dtypes("number")).all().all()
+        residuals = norms[["max_abs", "max_rel"]]  # window: empty on a global layer
+        assert np.isfinite(residuals).all().all()
+        assert norms["attention"].isin([GLOBAL, SLIDING]).all()
         assert len(list((results / "wiki/views").glob("sequence_*.html"))) == 2
         assert (results / "wiki/weights/figures/head_map.png").stat().st_size > 1000
         position = results / "wiki512/position"
@@ -487,7 +490,8 @@ def figure_rules(family: str, names: str = "") -> list[str]:
             7,
             # every figure: the affine one's seed; collect_shards: the (empty) shards folder
             # the sink card reads attention_sinks.tsv, which norms_compute writes again; the
-            # heads family joins the sink card's sink_heads.tsv into its roles
+            # heads family joins the sink card's sink_heads.tsv into its roles; attend splits
+            # the sink card's massive dimensions out of the logits (`massive_directions`)
             {
                 "norms_compute",
                 "norms_sink_card",
@@ -496,6 +500,8 @@ def figure_rules(family: str, names: str = "") -> list[str]:
                 "heads_roles",
                 "heads_overview",
                 *figure_rules("heads"),
+                "attend_compute",
+                *figure_rules("attend"),
             },
         ),
         (

@@ -128,6 +128,12 @@ def relative_residuals(table: pd.DataFrame) -> np.ndarray:
     return table["max_abs_residual"].to_numpy(float) / table["max_abs_value"].to_numpy(float)
 
 
+def as_text(column: pd.Series) -> np.ndarray:
+    """A column's cells as strings, an empty cell as "" (pandas' `astype(str)` keeps it a NaN,
+    which equals nothing, not even itself)."""
+    return column.astype(object).fillna("").astype(str).to_numpy(dtype=object)
+
+
 def table_differences(a: Path, b: Path, rtol: float, residual_bound: float) -> list[str]:
     x, y = (read(p, lambda p: pd.read_csv(p, sep="\t")) for p in (a, b))
     if list(x.columns) != list(y.columns) or len(x) != len(y):
@@ -143,7 +149,7 @@ def table_differences(a: Path, b: Path, rtol: float, residual_bound: float) -> l
             continue
         u, v = x[column].to_numpy(), y[column].to_numpy()
         if u.dtype.kind != "f" or v.dtype.kind != "f":  # text and whole numbers: exact
-            u, v = x[column].astype(str).to_numpy(), y[column].astype(str).to_numpy()
+            u, v = (as_text(t[column]) for t in (x, y))
         if not arrays_agree(u, v, rtol):
             found.append(f"column {column} differs")
     return found

@@ -8,7 +8,10 @@ BOS-anchored input, the first position's weight and norm share by depth, by laye
 past a 512-piece window on wiki1024, Sun et al.'s massive dimensions apart from outliers on
 ordinary tokens, and the intervention's losses and perplexities), the most positional rotary
 bands of each layer kind, the mixing ratio by depth and, from the attend family, the
-components that make the heads look at the first position and at the previous token. A table
+components that make the heads look at the first position and at the previous token, and
+from the heads family the induction, previous-token and duplicate-token heads on the repeated
+random corpus, the in-context loss drop and the upstream heads that carry the strongest
+induction head's lift (its circuit). A table
 the run did not make (a family switched off, an encoder without rotary bands) is left out of
 the lines.
 """
@@ -20,7 +23,13 @@ from pathlib import Path
 
 import pandas as pd
 
-CORPORA = {"norms": "wiki", "position": "wiki512", "mixing": "wiki_masked", "attend": "wiki"}
+CORPORA = {
+    "norms": "wiki",
+    "position": "wiki512",
+    "mixing": "wiki_masked",
+    "attend": "wiki",
+    "heads": "repeated",
+}
 LONG_CORPUS = "wiki1024"  # the sink card's stream past a 512-piece sliding window
 
 
@@ -233,12 +242,64 @@ def attend_lines(results: Path, model: str) -> list[str]:
     return lines
 
 
+def named_heads(rows: pd.DataFrame, score: str, most: int = 4) -> str:
+    """'L19 H7 0.92, L18 H4 0.79, ...': the `most` heads of highest `score`."""
+    top = rows.sort_values(score, ascending=False).head(most)
+    return ", ".join(f"L{r.layer} H{r.head} {getattr(r, score):.2f}" for r in top.itertuples())
+
+
+def heads_lines(results: Path, model: str) -> list[str]:
+    roles = table(results, model, "heads", "head_roles")
+    if roles is None or "induction" not in roles:
+        return []
+    labelled = roles["roles"].fillna("").str.split(",")
+    count = {role: int(labelled.map(lambda r, role=role: role in r).sum()) for role in
+             ("induction", "previous_token", "duplicate")}  # fmt: skip
+    line = (
+        f"head roles on the repeated random corpus (BOS + r + r, `heads/head_roles.tsv`): "
+        f"{count['induction']} induction heads ({named_heads(roles, 'induction')}), "
+        f"{count['previous_token']} previous-token heads "
+        f"({named_heads(roles, 'previous_token')}), {count['duplicate']} duplicate-token heads"
+    )
+    loss = table(results, model, "heads", "in_context_loss")
+    if loss is not None and "loss_first" in loss:
+        line += (
+            f"; the next-piece loss falls from {loss['loss_first'][0]:.2f} nats on the first "
+            f"copy to {loss['loss_second'][0]:.2f} on the second"
+        )
+    lines = [line]
+    circuits = table(results, model, "heads", "circuits")
+    if circuits is None or not (circuits["role"] == "induction").any():
+        return lines
+    top = roles.loc[roles["induction"].idxmax()]
+    mine = circuits[
+        (circuits["layer"] == top["layer"])
+        & (circuits["head"] == top["head"])
+        & (circuits["role"] == "induction")
+        & (circuits["source"] != "rest")
+    ]
+    sides = []
+    for side, composition in (("key", "K"), ("query", "Q")):
+        edges = mine[mine["side"] == side].sort_values("share", ascending=False).head(3)
+        if len(edges):
+            listed = ", ".join(f"{e.source} {100 * e.share:.0f}%" for e in edges.itertuples())
+            sides.append(f"{side} side ({composition}-composition): {listed}")
+    if sides:
+        lines.append(
+            f"the circuit of the strongest induction head, L{top['layer']} H{top['head']} "
+            f"(`heads/circuits.tsv`, shares of its lift towards the induction key, from the "
+            f"exact split): " + "; ".join(sides)
+        )
+    return lines
+
+
 def findings(results: Path, model: str) -> list[str]:
     return (
         sink_lines(results, model)
         + position_lines(results, model)
         + mixing_lines(results, model)
         + attend_lines(results, model)
+        + heads_lines(results, model)
     )
 
 
