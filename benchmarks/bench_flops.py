@@ -535,21 +535,55 @@ def machine(repeats: int, tiny: bool) -> dict:
     return found
 
 
-def verdict(fraction_matmul: float, fraction_copy: float) -> str:
-    if fraction_matmul >= HALF:
+PRODUCTS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm")
+PRODUCTS += ("aten::_scaled_dot_product_flash_attention_for_cpu",)  # SDPA's fused kernel
+
+
+def time_split(run: Callable[[], object]) -> dict[str, float]:
+    """Where one call's wall time goes, under torch's profiler: shares in the matrix
+    products' kernels (self time of PRODUCTS), in every other torch operator (elementwise,
+    reductions, copies, indexing) and outside torch's operators (Python, the profiler's own
+    cost). -> {"products", "other_ops", "outside", "product_seconds"}"""
+    from torch.profiler import ProfilerActivity, profile
+
+    start = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU]) as profiled:
+        run()
+    wall = time.perf_counter() - start
+    events = profiled.key_averages()
+    products = sum(e.self_cpu_time_total for e in events if e.key in PRODUCTS) / 1e6
+    ops = sum(e.self_cpu_time_total for e in events) / 1e6
+    return {
+        "products": products / wall,
+        "other_ops": (ops - products) / wall,
+        "outside": max(0.0, wall - ops) / wall,
+        "product_seconds": products,
+    }
+
+
+def verdict(row: dict) -> str:
+    """`matmul` at HALF of the matmul rate or more, else `memory` where the bytes run at HALF
+    of the copy bandwidth or more, else where the time goes: `products` (the products
+    themselves run below the rate: thin or batched small ones), `elementwise` (the other
+    operators) or `python` (outside the operators)."""
+    if row["of_matmul"] >= HALF:
         return "matmul"
-    if fraction_copy >= HALF:
+    if row["of_copy"] >= HALF:
         return "memory"
-    return "overhead"
+    shares = {"products": row["products"], "elementwise": row["other_ops"]}
+    shares["python"] = row["outside"]
+    return max(shares, key=shares.get)
 
 
 def measure(step: str, steps: Steps, n: int, rates: dict, repeats: int) -> dict:
     """One row: the step's counted work, median seconds, rates and fractions, per layer for
-    the per-layer steps (every layer's heads at once for js, every map for the probe)."""
+    the per-layer steps (every layer's heads at once for js, every map for the probe), and
+    one more call's time split (`time_split`)."""
     steps.call(step, 16)()  # warm-up on 16 pieces: kernels loaded outside the measurement
     run = steps.call(step, n)
     with torch.no_grad():
         seconds = median_seconds(run, repeats)
+        split = time_split(run)
     work = steps.work(step, n)
     layered = step in ("extract", "norms", "mixing", "propagate")
     per = steps.layers if layered else 1
@@ -567,22 +601,35 @@ def measure(step: str, steps: Steps, n: int, rates: dict, repeats: int) -> dict:
         "bytes": work.bytes / per,
         "gb_s": gbs,
         "of_copy": gbs / rates["copy_gb_s"],
+        "products": split["products"],
+        "other_ops": split["other_ops"],
+        "outside": split["outside"],
+        "product_gflop_s": (  # none where the counted work is no product (js)
+            work.flops / split["product_seconds"] / 1e9
+            if split["product_seconds"] and step != "js"
+            else None
+        ),
     }
-    return row | {"verdict": verdict(row["of_matmul"], row["of_copy"])}
+    return row | {"verdict": verdict(row)}
 
 
 def table(rows: list[dict]) -> str:
-    """The rows as a Markdown table."""
+    """The rows as a Markdown table (shares of the profiled call's time: in products, other
+    operators, outside them; the products' own GFLOP/s in that call)."""
     lines = [
-        "| step | shapes | GFLOP | seconds | GFLOP/s | of matmul | MB | GB/s | of copy | verdict |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| step | shapes | GFLOP | seconds | GFLOP/s | of matmul | MB | GB/s | of copy "
+        "| time in products / other ops / outside | products' GFLOP/s | verdict |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         shapes = f"{r['shape']}: {r['shapes']}"
+        split = f"{r['products']:.0%} / {r['other_ops']:.0%} / {r['outside']:.0%}"
+        products = "-" if r["product_gflop_s"] is None else f"{r['product_gflop_s']:.3g}"
         lines.append(
             f"| {r['step']} | {shapes} | {r['gflop']:.3g} | {r['seconds']:.3g} | "
             f"{r['gflop_s']:.3g} | {r['of_matmul']:.2f} | {r['bytes'] / 1e6:.3g} | "
-            f"{r['gb_s']:.3g} | {r['of_copy']:.2f} | {r['verdict']} |"
+            f"{r['gb_s']:.3g} | {r['of_copy']:.2f} | {split} | {products} | "
+            f"{r['verdict']} |"
         )
     return "\n".join(lines)
 
