@@ -192,6 +192,41 @@ def test_float64_propagation_is_exact(family):
     check_logits(model, last, mask, inputs, 1e-12)
 
 
+@pytest.mark.parametrize("family", ["bert", "llama"])
+def test_carried_ff_takes_every_part_through_w_pre_in_one_product(family):
+    """The FF split of carried parts (no head factors) multiplies a chunk's (key, query) rows
+    by W_pre in one matrix product: a batched product over the keys read all of W_pre once
+    per key (3x slower at SmolLM2's shape, benchmarks/bench_flops.py). Same parts as the
+    per-key products, to rounding."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from attnscope.maps.layer_decomposition import feed_forward_parts
+    from attnscope.maps.propagation import cast
+
+    class Products(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.batched = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func.overloadpacket in (torch.ops.aten.bmm, torch.ops.aten.baddbmm):
+                self.batched.append([tuple(a.shape) for a in args[:3] if hasattr(a, "shape")])
+            return func(*args, **(kwargs or {}))
+
+    layer = cast(canonical_weights(tiny_model(family)).layers[0], torch.float64)
+    g = torch.Generator().manual_seed(0)
+    parts = torch.randn(2, 6, 6, layer.W_O.shape[-1], generator=g, dtype=torch.float64)
+    bias = torch.randn(2, 6, parts.shape[-1], generator=g, dtype=torch.float64)
+    with torch.no_grad(), Products() as seen:
+        out, _, _ = feed_forward_parts(parts, bias, layer, 0)
+    assert seen.batched == []
+    lin = layer.ff.linearise(parts.sum(2) + bias, 0)
+    # one sub-chunk holds all 6 queries, so every key is taken, causal or not
+    u = (parts.transpose(1, 2) @ lin.W_pre).mul_(lin.c[:, None])
+    want = (lin.fold(u) @ lin.W_post).transpose(1, 2)
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+
+
 def test_one_layer_propagation_is_the_per_layer_map(family):
     """Through one layer the token split is the per-layer split of X_0 (the mixing family's
     head-factored route) at every stage, once b_V (and a pre-LN model's LN1 beta) is 0: the

@@ -248,7 +248,11 @@ def feed_forward_parts(
     if factors is None:
 
         def pre_activation(i0: int, i1: int, keys: int) -> torch.Tensor:
-            return parts[:, i0:i1, :keys].transpose(1, 2) @ lin.W_pre
+            # one product of every (key, query) row with W_pre: the transposed [B, keys, c, d]
+            # view would be multiplied key by key, each reading all of W_pre for c rows
+            # (benchmarks/bench_flops.py: 3x slower at SmolLM2's shape)
+            z = parts[:, i0:i1, :keys].transpose(1, 2)
+            return (z.reshape(-1, z.shape[-1]) @ lin.W_pre).reshape(*z.shape[:-1], -1)
 
     else:
         pre_activation = factors.times(lin.W_pre)
