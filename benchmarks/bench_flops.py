@@ -44,9 +44,12 @@ pass, which have no matrix-product rate to reach; they show in the bytes. The by
 counted product's operands and result, each once per call, plus the large elementwise passes
 named in each `*_work` (a lower bound on what the step moves; caches can hold small operands).
 
-Verdict: `matmul` at half of the matmul rate or more; else `memory` where the bytes run at half
-of the copy bandwidth or more; else `overhead` (neither rate: Python, small kernels, elementwise
-passes: what the step does between its products).
+Where the time goes: one more call of each step runs under torch's profiler, which splits its
+wall time into the matrix products' kernels, every other torch operator and the rest (Python,
+the profiler's own cost), and gives the products' own GFLOP/s. Verdict: `matmul` at half of the
+matmul rate or more; else `memory` where the bytes run at half of the copy bandwidth or more;
+else the largest share of the time: `products` (the products themselves run below the rate:
+thin or many small ones), `elementwise` (the other operators) or `python`.
 
 Run: .venv/bin/python benchmarks/bench_flops.py [--shapes smollm2 minilm] [--layers 4]
      [--length 128] [--repeats 3] [--steps extract norms ...] [--json out.json]
@@ -285,33 +288,40 @@ def js_work(heads: int, B: int, n: int, causal: bool) -> Work:
     return Work(4 * pairs * V + 3 * heads * V, 4 * (3 * heads * V + heads * B * n * n))
 
 
-def median_seconds(run: Callable[[], object], repeats: int) -> float:
-    """The median wall time of `repeats` calls of `run`."""
+def wall_times(run: Callable[[], object], repeats: int) -> list[float]:
+    """The wall times of `repeats` calls of `run`."""
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
         run()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    return times
+
+
+def median_seconds(run: Callable[[], object], repeats: int) -> float:
+    """The median wall time of `repeats` calls of `run`."""
+    return statistics.median(wall_times(run, repeats))
 
 
 def matmul_rates(sizes, dtype: torch.dtype, repeats: int) -> dict[str, float]:
-    """GFLOP/s of torch.matmul [m, k] x [k, n] at each (m, k, n), this process's threads."""
+    """GFLOP/s of torch.matmul [m, k] x [k, n] at each (m, k, n), this process's threads: the
+    fastest of `repeats` calls (what the machine can do, on a shared machine too)."""
     rates = {}
     for m, k, n in sizes:
         a, b = torch.randn(m, k, dtype=dtype), torch.randn(k, n, dtype=dtype)
         a @ b  # warm-up
-        seconds = median_seconds(lambda a=a, b=b: a @ b, repeats)
+        seconds = min(wall_times(lambda a=a, b=b: a @ b, repeats))
         rates[f"{m}x{k}x{n}"] = 2 * m * k * n / seconds / 1e9
     return rates
 
 
 def copy_bandwidth(mib: int, repeats: int) -> float:
-    """GB/s of copying a float32 tensor of `mib` MiB into another (bytes read + written)."""
+    """GB/s of copying a float32 tensor of `mib` MiB into another (bytes read + written), the
+    fastest of `repeats` copies."""
     source = torch.randn(mib * 2**18)
     target = torch.empty_like(source)
     target.copy_(source)
-    seconds = median_seconds(lambda: target.copy_(source), repeats)
+    seconds = min(wall_times(lambda: target.copy_(source), repeats))
     return 2 * source.numel() * 4 / seconds / 1e9
 
 
@@ -650,7 +660,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.set_grad_enabled(False)
-    rates = machine(args.repeats, args.tiny)
+    rates = machine(max(args.repeats, 5), args.tiny)
     f32, f64 = rates["float32"], rates["float64"]
     print(f"torch threads {rates['threads']}; matmul GFLOP/s float32 "
           + ", ".join(f"{k}: {v:.1f}" for k, v in f32["sizes"].items())

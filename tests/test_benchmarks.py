@@ -111,4 +111,5 @@ def test_tiny_run_prints_every_step(tmp_path):
     assert [r["step"] for r in rows] == list(bf.STEPS)
     for row in rows:
         assert row["gflop_s"] > 0 and row["gb_s"] > 0 and row["seconds"] > 0, row
-        assert row["verdict"] in ("matmul", "memory", "overhead")
+        assert row["verdict"] in ("matmul", "memory", "products", "elementwise", "python")
+        assert abs(row["products"] + row["other_ops"] + row["outside"] - 1) < 1e-6
