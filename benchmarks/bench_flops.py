@@ -52,7 +52,8 @@ else the largest share of the time: `products` (the products themselves run belo
 thin or many small ones), `elementwise` (the other operators) or `python`.
 
 Run: .venv/bin/python benchmarks/bench_flops.py [--shapes smollm2 minilm] [--layers 4]
-     [--length 128] [--repeats 3] [--steps extract norms ...] [--json out.json]
+     [--length 128] [--repeats 3] [--steps extract norms ...] [--threads 1] [--json out.json]
+     [--tiny]   (docs/benchmarks.md's table: --threads 1, what a model job gets on 2 cores)
 """
 
 from __future__ import annotations

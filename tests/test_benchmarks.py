@@ -78,7 +78,7 @@ def test_counts_match_the_products_torch_runs(shape, step):
 
 def test_mixing_count_with_ff_sub_chunks():
     """At a FF wide enough for sub-chunks of queries, the causal layer skips the keys after
-    each sub-chunk's last query: about half the pairs, as `ff_pairs` counts them."""
+    each sub-chunk's last query (fewer pairs than n^2), as `ff_pairs` counts them."""
     assert bf.ff_pairs(1, 16, 16, WIDE_FF.pre, True) < 16 * 16 * 0.7
     steps = bf.Steps(WIDE_FF, 1)
     run = steps.call("mixing", 16)
