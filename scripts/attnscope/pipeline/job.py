@@ -20,6 +20,9 @@ from attnscope.pipeline.models import (
     read_manifest,
 )
 
+# the check bounds, read from the configuration: changing one reruns nothing
+BOUNDS = ("max_rel_residual", "depth_rel_residual")
+
 
 class Job:
     """`input`, `output`, `params`, `wildcards` and `config` are Snakemake's; `log` is the
@@ -62,23 +65,25 @@ class Job:
 
         return AutoTokenizer.from_pretrained(self.manifest["path"])
 
-    def bound(self, family: str) -> float:
-        """The family's `max_rel_residual`, read from the configuration and not from params,
-        so that changing a bound reruns nothing."""
-        return self.config["analyses"][family]["max_rel_residual"]
+    def bound(self, family: str, name: str = "max_rel_residual") -> float:
+        """The family's bound `name` (`max_rel_residual`, `depth_rel_residual`), read from the
+        configuration and not from params, so that changing a bound reruns nothing."""
+        return self.config["analyses"][family][name]
 
     def settings(self, kind):
         """The job's settings as `kind`, a dataclass (a family's, e.g. `NormsSettings`), each
         field read from the rule's param of its name, or its default where the rule passes
-        none; but `max_rel_residual` is the bound (`bound`) of the class attribute
+        none; but `max_rel_residual` and `depth_rel_residual` are the bounds (`bound`) of the
+        class attribute
         `bound_family`, else `family`, and `memory_budget_mb` and `device` (resolved:
         `models.pick_device`) come from the configuration: changing them reruns nothing."""
         from attnscope.pipeline.models import pick_device
 
         given = {}
         for field in dataclasses.fields(kind):
-            if field.name == "max_rel_residual":
-                given[field.name] = self.bound(getattr(kind, "bound_family", kind.family))
+            if field.name in BOUNDS:
+                family = getattr(kind, "bound_family", kind.family)
+                given[field.name] = self.bound(family, field.name)
             elif field.name == "memory_budget_mb":
                 given[field.name] = self.config["memory_budget_mb"]
             elif field.name == "device":

@@ -54,7 +54,7 @@ def depth_pass(
     """Stream the store batch by batch; write `{layer}` [N, L, L] (||p_{l, i<-j}||, 1-based
     layers) into `propagated`, reading the per-layer maps for the rollouts from `layer_maps`
     (the mixing family's maps.h5). A stage or logit missing its reference by more than
-    `settings.max_rel_residual` raises `checks.CheckError`. `settings.memory_budget_mb`: the
+    `settings.depth_rel_residual` raises `checks.CheckError`. `settings.memory_budget_mb`: the
     working memory of one chunk of input tokens carried through the depth
     (`propagation.propagate`); `settings.propagated_top_k` k > 0: `{layer}` keeps each row's k
     largest entries (`maps.storage`)."""
@@ -76,7 +76,7 @@ def depth_pass(
     stored_exact = store.exact
     measures = MixingRatios(MEASURES, n_layers)
     rsa = RolloutRSA(tuple(rollout_scopes), n_layers)
-    residuals = ResidualLog(settings.max_rel_residual, log, "propagation")
+    residuals = ResidualLog(settings.depth_rel_residual, log, "propagation")
     predictions = []
     for batch in store.batches(0, batch_size, device):
         mask, n = batch.mask, batch.X.shape[1]

@@ -11,7 +11,8 @@ from attnscope.maps.layer_decomposition import MEMORY_BUDGET_MB
 @dataclass(frozen=True)
 class MixingSettings:
     """`batch_size` sequences per batch; `ig_steps`: the FF split (0: the exact closed form);
-    `max_rel_residual`: the decomposition checks' bound; `maps_dtype`: the stored maps;
+    `max_rel_residual`: the decomposition checks' bound, `depth_rel_residual` theirs through the
+    whole depth (the propagation); `maps_dtype`: the stored maps;
     `memory_budget_mb`: the working memory of one chunk of a decomposition;
     `propagated_top_k` (0: every entry), `rollout_scopes` and `contrast`: the propagation's
     map, rollouts and prediction row; `device`: a torch device string."""
@@ -20,6 +21,7 @@ class MixingSettings:
     batch_size: int
     ig_steps: int
     max_rel_residual: float
+    depth_rel_residual: float = 1e-3
     maps_dtype: str = "float32"
     memory_budget_mb: float = MEMORY_BUDGET_MB
     propagated_top_k: int = 0

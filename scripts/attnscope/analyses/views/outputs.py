@@ -20,6 +20,8 @@ FAMILY = Family(
     problems=problems,
     folder=True,
     # the prediction row's contrast and the decomposition's bound are the mixing family's
-    needs=(Needs("mixing", settings=("contrast",), bounds=("max_rel_residual",)),),
+    needs=(
+        Needs("mixing", settings=("contrast",), bounds=("max_rel_residual", "depth_rel_residual")),
+    ),
     every_layer=("index.html",),  # every layer's maps, and the prediction through them
 )

@@ -200,10 +200,15 @@ def sequence_page(
         if prediction is not None and prediction.head is not None:
             batch = store.batch(0, index, index + 1, n, device)
             logits = LogitSplit(weights, store, batch, prediction, ig_steps)
-        add_propagated(page, store, index, weights, model, settings, residuals, logits)
-        add_prediction(page, logits, residuals, tokenizer)
+        # through the whole depth: the float32 forward's rounding drift grows with it
+        depth = ResidualLog(settings.depth_rel_residual, log, "views through the depth")
+        add_propagated(page, store, index, weights, model, settings, depth, logits)
+        add_prediction(page, logits, depth, tokenizer)
     page.header["alpha_max_error"] = alpha_error
-    page.header["max_rel_residual"] = float(residuals.table()["max_rel"].max()) if scopes else None
+    page.header["max_rel_residual"] = None
+    if scopes:
+        worst = [float(log.table()["max_rel"].max()) for log in (residuals, depth)]
+        page.header["max_rel_residual"] = max(worst)
     return page
 
 

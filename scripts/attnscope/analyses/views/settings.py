@@ -10,7 +10,8 @@ from typing import ClassVar
 class ViewsSettings:
     """`scopes`: also the whole-layer scopes, the propagated map and the prediction row;
     `ig_steps`: their FF split (0: exact); `top_k`: edges kept per query row;
-    `max_rel_residual`: the decomposition checks' bound (the mixing family's); `contrast`:
+    `max_rel_residual`, `depth_rel_residual`: the decomposition checks' bounds, per layer and
+    through the whole depth (the mixing family's); `contrast`:
     [target, foil] of the prediction row; `sequences` (None: the first `max_pages`): the
     pages; `device`: a torch device string."""
 
@@ -20,6 +21,7 @@ class ViewsSettings:
     ig_steps: int
     top_k: int
     max_rel_residual: float
+    depth_rel_residual: float = 1e-3
     contrast: tuple[str, ...] = ()
     sequences: tuple[int, ...] | None = None
     max_pages: int = 0
