@@ -128,6 +128,11 @@ def test_with_layer_kinds_adds_the_columns_and_keeps_the_table():
     assert out.iloc[2][list(KIND_COLUMNS)].isna().all()
     plain = pd.DataFrame({"head": [1], "value": [1.0]})
     assert with_layer_kinds(plain, kinds) is plain
+    # a column of the table's own under a kind's name stays (gradients.tsv's attention weight)
+    own = pd.DataFrame({"layer": [1, 2], "importance": [0.5, 0.25], "attention": [0.3, 0.1]})
+    out = with_layer_kinds(own, kinds)
+    assert out.columns.tolist() == ["layer", "importance", "attention", "window", "rope_theta"]
+    assert out["attention"].tolist() == [0.3, 0.1] and out["window"].tolist() == [512, pd.NA]
 
 
 def kinds_of(attention: list[str], windows: list, thetas: list[float]) -> pd.DataFrame:

@@ -2,6 +2,7 @@
 tolerance.
 
 Usage: python tools/compare_results.py BEFORE AFTER [--rtol R] [--residual-bound B]
+                                        [--shared-columns]
 
 With --rtol 0 (the default) TSVs compare as bytes (gzip-compressed ones after decompression:
 the gzip header holds a time stamp) and HDF5 datasets value for value (NaN equals NaN). With
@@ -20,6 +21,11 @@ residual columns (`max_abs`, `max_rel`, `max_abs_residual`) agree where every ro
 residual (`max_rel`, or `max_abs_residual / max_abs_value`) is within B (default 1e-4, the
 default `max_rel_residual`) on both sides; their other columns (layer, stage, scale) compare
 as any table's.
+
+With --shared-columns (a newer version's tables beside an older one's, which lack its new
+columns), a table compares on the columns both sides have, value by value, and each side's
+columns of its own are one line (`columns only in AFTER: ...`), so that a column added on
+purpose is named once and the rest still compares.
 
 Figures, logs and benchmarks are skipped. Prints one line per file that differs, exists on one
 side only or cannot be read (naming the file), and exits 1 if there is any.
@@ -134,16 +140,25 @@ def as_text(column: pd.Series) -> np.ndarray:
     return column.astype(object).fillna("").astype(str).to_numpy(dtype=object)
 
 
-def table_differences(a: Path, b: Path, rtol: float, residual_bound: float) -> list[str]:
+def table_differences(
+    a: Path, b: Path, rtol: float, residual_bound: float, shared_columns: bool = False
+) -> list[str]:
     x, y = (read(p, lambda p: pd.read_csv(p, sep="\t")) for p in (a, b))
+    found = []
+    if shared_columns:
+        for side, mine, other in ((a, x, y), (b, y, x)):
+            own = [c for c in mine.columns if c not in other.columns]
+            if own:
+                found.append(f"columns only in {side}: {', '.join(own)}")
+        shared = [c for c in x.columns if c in y.columns]
+        x, y = x[shared], y[shared]
     if list(x.columns) != list(y.columns) or len(x) != len(y):
-        return ["columns or rows differ"]
+        return [*found, "columns or rows differ"]
     residuals = []
     if a.name.endswith(CHECK_SUFFIX) and ("max_rel" in x or "max_abs_value" in x):
         bounded = [relative_residuals(t) <= residual_bound for t in (x, y)]
         if np.all(bounded[0]) and np.all(bounded[1]):  # noise on both sides: as good as equal
             residuals = [c for c in RESIDUAL_COLUMNS if c in x]
-    found = []
     for column in x.columns:
         if column in residuals:
             continue
@@ -155,15 +170,17 @@ def table_differences(a: Path, b: Path, rtol: float, residual_bound: float) -> l
     return found
 
 
-def differences(a: Path, b: Path, rtol: float = 0.0, residual_bound: float = 1e-4) -> list[str]:
+def differences(
+    a: Path, b: Path, rtol: float = 0.0, residual_bound: float = 1e-4, shared_columns=False
+) -> list[str]:
     """What differs between two versions of one file; an unreadable one raises UnreadableError."""
     if a.suffix == ".h5":
         return h5_differences(a, b, rtol)
     if a.suffix == ".json":
         x, y = (read(p, lambda p: without_mtimes(json.loads(p.read_text()))) for p in (a, b))
         return [] if x == y else ["JSON differs"]
-    if rtol and a.name.endswith((".tsv", ".tsv.gz")):
-        return table_differences(a, b, rtol, residual_bound)
+    if (rtol or shared_columns) and a.name.endswith((".tsv", ".tsv.gz")):
+        return table_differences(a, b, rtol, residual_bound, shared_columns)
     if a.suffix == ".gz":
         x, y = (read(p, lambda p: gzip.open(p).read()) for p in (a, b))
         return [] if x == y else ["content differs"]
@@ -182,6 +199,11 @@ def main() -> int:
         default=1e-4,
         help="with --rtol > 0: check tables' residuals agree when both are within it",
     )
+    parser.add_argument(
+        "--shared-columns",
+        action="store_true",
+        help="tables compare on the columns both sides have; the others are named",
+    )
     args = parser.parse_args()
     before, after = compared_files(args.before), compared_files(args.after)
     report = [f"{p}: only in {args.before}" for p in sorted(before - after)]
@@ -190,7 +212,11 @@ def main() -> int:
     for path in same:
         try:
             found = differences(
-                args.before / path, args.after / path, args.rtol, args.residual_bound
+                args.before / path,
+                args.after / path,
+                args.rtol,
+                args.residual_bound,
+                args.shared_columns,
             )
         except UnreadableError as error:
             found = [str(error)]

@@ -55,17 +55,20 @@ def read_layer_kinds(path) -> pd.DataFrame:
 
 def with_layer_kinds(table: pd.DataFrame, kinds: pd.DataFrame) -> pd.DataFrame:
     """`table` with the columns `attention window rope_theta` of its `layer` (1-based) after
-    its own, which are left as they are; rows of no single layer (a summary over layers, a
-    "not applicable" table) get empty cells, a table without a `layer` column is returned
-    unchanged."""
+    its own, which are left as they are, and a kind column whose name the table already uses
+    is not added (weights' gradients.tsv: `attention` is the mean attention weight); rows of
+    no single layer (a summary over layers, a "not applicable" table) get empty cells, a table
+    without a `layer` column is returned unchanged."""
     if "layer" not in table or table.empty:
         return table
     numbers = pd.to_numeric(table["layer"], errors="coerce")
     by_layer = kinds.set_index("layer")
     out = table.copy()
     for column in KIND_COLUMNS:
-        out[column] = numbers.map(by_layer[column]).to_numpy()
-    out["window"] = pd.array(out["window"], dtype="Int64")
+        if column not in table:
+            out[column] = numbers.map(by_layer[column]).to_numpy()
+    if "window" not in table:
+        out["window"] = pd.array(out["window"], dtype="Int64")
     return out
 
 
