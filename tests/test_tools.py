@@ -151,6 +151,25 @@ def test_empty_text_cells_compare_equal_within_rtol(tmp_path):
     assert other[:-1] == ["x_summary.tsv: column attention differs"]
 
 
+def test_shared_columns_compare_an_older_table_with_a_newer_one(tmp_path):
+    """--shared-columns: a newer version's table with an added column compares on the columns
+    both have (equal here), and the added column is named once; a shared column that changed
+    still differs. Without it, the tables' columns differ."""
+    old = [[1, 0.5], [2, 0.25]]
+    write_check(tmp_path / "a", "heads.tsv", old, ["layer", "value"])
+    new = [[1, 0.5, "global"], [2, 0.25, "sliding"]]
+    write_check(tmp_path / "b", "heads.tsv", new, ["layer", "value", "attention"])
+    changed = [[1, 0.5, "global"], [2, 0.75, "sliding"]]
+    write_check(tmp_path / "c", "heads.tsv", changed, ["layer", "value", "attention"])
+    added = f"heads.tsv: columns only in {tmp_path / 'b' / 'heads.tsv'}: attention"
+    same = compare(tmp_path / "a", tmp_path / "b", "--shared-columns").stdout.splitlines()
+    assert same[:-1] == [added]
+    other = compare(tmp_path / "a", tmp_path / "c", "--shared-columns", "--rtol", "1e-5")
+    assert "heads.tsv: column value differs" in other.stdout.splitlines()
+    plain = compare(tmp_path / "a", tmp_path / "b").stdout.splitlines()
+    assert plain[:-1] == ["heads.tsv: bytes differ"]
+
+
 def check_store(store: Path, model, tmp_path: Path) -> subprocess.CompletedProcess:
     model.save_pretrained(tmp_path / "model")
     manifest = tmp_path / "manifest.json"
