@@ -317,6 +317,7 @@ def test_decoders_run_every_rule(decoder_run):
             assert (position / "figures" / f"{figure}.png").stat().st_size > 1000
         gradients = pd.read_csv(results / "wiki/weights/gradients.tsv", sep="\t")
         assert set(gradients["status"]) == {"ok"} and (gradients["importance"] >= 0).all()
+        assert gradients["attention"].between(0, 1).all()  # its own: weights, not layer kinds
         # the sink card: Gu's Sink^eps over 2 layers x 4 heads with the repeated-token inputs,
         # the stream's bins of a causal model (no row 0), Kobayashi's summary, Sun's
         # criterion and the intervention
