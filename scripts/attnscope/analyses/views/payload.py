@@ -207,7 +207,7 @@ def sequence_page(
     page.header["alpha_max_error"] = alpha_error
     page.header["max_rel_residual"] = None
     if scopes:
-        worst = [float(log.table()["max_rel"].max()) for log in (residuals, depth)]
+        worst = [float(checks.table()["max_rel"].max()) for checks in (residuals, depth)]
         page.header["max_rel_residual"] = max(worst)
     return page
 
