@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 import attnscope
 from attnscope.pipeline.outputs import families
@@ -148,6 +149,23 @@ def test_the_layout_page_lists_every_declared_family():
     tree = (ROOT / "docs" / "layout.md").read_text().split("```")[1]
     listed = re.findall(r"^    ([a-z_]+)/ ", tree, flags=re.MULTILINE)
     assert sorted(listed) == sorted(FAMILIES)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_each_family_has_its_page_in_the_nav_and_its_tests(name):
+    """docs/analyses/<family>.md, listed in mkdocs.yml's nav, and tests/test_<family>.py."""
+    assert (ROOT / "docs" / "analyses" / f"{name}.md").is_file()
+    assert f": analyses/{name}.md\n" in (ROOT / "mkdocs.yml").read_text()
+    assert (ROOT / "tests" / f"test_{name}.py").is_file()
+
+
+def test_the_built_in_config_and_the_schema_have_a_block_per_family():
+    """config/config.yaml and config/schema.yaml give every declared family, and only those,
+    a block under `analyses:`."""
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    schema = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())
+    assert sorted(config["analyses"]) == sorted(FAMILIES)
+    assert sorted(schema["properties"]["analyses"]["properties"]) == sorted(FAMILIES)
 
 
 def test_every_family_rule_has_its_memory_declared():
