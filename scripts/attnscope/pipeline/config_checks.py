@@ -58,6 +58,8 @@ class ModelFacts:
 
         from attnscope.architectures import lm_head_kind
 
+        if self.folder is None and self.gguf_file is None:
+            return None  # nothing on this machine to read it from
         if self.folder is None or gguf.is_gguf(Path(self.folder)):
             try:
                 return gguf.gguf_tokenizer(Path(self.folder or self.gguf_file))

@@ -1,5 +1,6 @@
-"""Family declarations: every analysis family declares once, here, what the pipeline needs to
-know of it: its tables and figures, its jobs' memory, its configuration checks, its local rules.
+"""Family declarations: the type in which every analysis family declares, once, what the
+pipeline needs to know of it (its tables and figures, its jobs' memory, its configuration
+checks, its local rules), and the registry that finds them.
 
 A family's `analyses/<family>/outputs.py` defines `FAMILY = Family(...)`; `families()` finds
 every one (the registry). From that one declaration follow the rule outputs (rules ask
@@ -24,8 +25,12 @@ import pkgutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from attnscope.pipeline.job_memory import Memory
+
+if TYPE_CHECKING:
+    from attnscope.pipeline.config_checks import ModelFacts
 
 FOLDERS = {
     "corpus": "results/{{model}}/{{corpus}}/{family}",
@@ -154,7 +159,7 @@ class Family:
     jobs: dict[str, Memory] = field(default_factory=dict)
     local_rules: tuple[str, ...] = ()
     checks: Callable[[dict], Iterable[str]] = lambda config: ()
-    model_checks: Callable[[dict, object], Iterable[str]] = lambda config, model: ()
+    model_checks: Callable[[dict, ModelFacts], Iterable[str]] = lambda config, model: ()
     last_checks: Callable[[dict], Iterable[str]] = lambda config: ()
 
     def localrules(self) -> tuple[str, ...]:
