@@ -6,12 +6,6 @@ ATTEND = config["analyses"]["attend"]
 ATTEND_OUT = FAMILIES["attend"]
 
 
-rule attend:
-    input:
-        family_targets("attend"),
-        report_targets(),
-
-
 rule attend_compute:
     input:
         unpack(attend_needs),

@@ -7,11 +7,6 @@ HEADS = config["analyses"]["heads"]
 HEADS_OUT = FAMILIES["heads"]
 
 
-rule heads:
-    input:
-        family_targets("heads"),
-
-
 rule heads_scores:
     input:
         manifest=manifest,

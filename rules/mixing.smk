@@ -10,12 +10,6 @@ MIXING_PARAMS = dict(
 )
 
 
-rule mixing:
-    input:
-        family_targets("mixing"),
-        report_targets(),
-
-
 # With shards: S > 1, S mixing_shard jobs analyse a block of layers each and mixing_compute
 # gathers them from the folder collect_shards moves them to (rules/shards.smk).
 rule mixing_shard:

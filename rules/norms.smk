@@ -16,12 +16,6 @@ NORMS_PARAMS = dict(
 )
 
 
-rule norms:
-    input:
-        family_targets("norms"),
-        report_targets(),
-
-
 rule norms_affine:
     input:
         layer_kinds=layer_kinds,

@@ -14,12 +14,6 @@ POSITION_SCAN_PARAMS = dict(
 )
 
 
-rule position:
-    input:
-        family_targets("position"),
-        report_targets(),
-
-
 rule position_embeddings:
     input:
         layer_kinds=layer_kinds,

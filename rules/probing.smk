@@ -5,12 +5,6 @@ PROBING = config["analyses"]["probing"]
 PROBING_OUT = FAMILIES["probing"]
 
 
-rule probing:
-    input:
-        family_targets("probing"),
-        report_targets(),
-
-
 rule probing_syntax:
     input:
         unpack(needed_tables("probing")),

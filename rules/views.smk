@@ -5,12 +5,6 @@ VIEWS = config["analyses"]["views"]
 VIEWS_OUT = FAMILIES["views"]
 
 
-rule views:
-    input:
-        family_targets("views"),
-        report_targets(),
-
-
 rule views_pages:
     input:
         manifest=manifest,

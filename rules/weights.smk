@@ -5,12 +5,6 @@ WEIGHTS = config["analyses"]["weights"]
 WEIGHTS_OUT = FAMILIES["weights"]
 
 
-rule weights:
-    input:
-        family_targets("weights"),
-        report_targets(),
-
-
 # With shards: S > 1, S weights_shard jobs analyse a block of layers each and weights_stats
 # gathers them from the folder collect_shards moves them to (rules/shards.smk).
 rule weights_shard:
