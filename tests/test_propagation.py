@@ -17,11 +17,20 @@ from attnscope.architectures import architecture, canonical_weights, prediction_
 from attnscope.core.attention import visible_pairs
 from attnscope.core.checks import CheckError, ResidualLog
 from attnscope.core.store import HiddenStates
-from attnscope.maps.layer_decomposition import closing_layer_norm, layer_stages, stream_scope
+from attnscope.maps.layer_decomposition import (
+    LayerInput,
+    carried_stages,
+    closing_layer_norm,
+    factored_stages,
+    stream_scope,
+)
 from attnscope.maps.prediction import logit_attribution
 from attnscope.maps.propagation import (
     CARRIED_COPIES,
     Carried,
+    Chunk,
+    LayerSplit,
+    StageCheck,
     propagate,
     source_chunk,
     token_split,
@@ -74,17 +83,14 @@ def carry(model, dtype=torch.float32, bound=1e-5, budget_mb=1024.0, splits=None,
     splits = [] if splits is None else splits
     last = []
     with torch.no_grad():
-        propagate(
-            model,
-            weights,
-            lambda l: states[l] if exact or l == 0 else None,
-            mask,
-            0,
-            lambda l, stage, got, want: log.add(l, stage, got, want, mask),
-            lambda l, split: splits.append(split),
-            lambda chunk: last.append(chunk) if chunk.layer == weights.n_layers else None,
-            budget_mb,
-        )
+        state = lambda l: states[l] if exact or l == 0 else None  # noqa: E731
+        for event in propagate(model, weights, state, mask, 0, budget_mb):
+            if isinstance(event, StageCheck):
+                event.record(log, mask)
+            elif isinstance(event, LayerSplit):
+                splits.append(event)
+            elif event.layer == weights.n_layers:
+                last.append(event)
     return states, [s.total for s in splits], assembled(last), log, mask, inputs
 
 
@@ -246,14 +252,9 @@ def test_one_layer_propagation_is_the_per_layer_map(family):
     for layer in (first, unbiased):
         with torch.no_grad():
             split = token_split(states[0])
-            stages = {
-                s.scope: (s.parts.clone(), s.total())
-                for s in layer_stages(states[0], mask, layer, closing)
-            }
-            carried = {
-                s.scope: (s.parts.clone(), s.total())
-                for s in layer_stages(states[0], mask, layer, closing, carried=split)
-            }
+            at = LayerInput(states[0], mask, layer, closing)
+            stages = {s.scope: (s.parts.clone(), s.total()) for s in factored_stages(at)}
+            carried = {s.scope: (s.parts.clone(), s.total()) for s in carried_stages(at, split)}
         for scope, (parts, total) in stages.items():
             scale = float(total.abs().max())
             assert float((carried[scope][1] - total).abs().max()) < 1e-5 * scale, scope
@@ -280,16 +281,11 @@ def test_parts_are_carried_in_float64_and_a_wrong_split_fails(family):
 
     bound = ResidualLog(1e-4, None, "propagation")
     with pytest.raises(CheckError, match="layer 2: propagation stage Attn"), torch.no_grad():
-        propagate(
-            model,
-            canonical_weights(model),
-            lambda l: states[l],
-            mask,
-            0,
-            lambda l, stage, got, want: bound.add(l, stage, got, want, mask),
-            None,
-            perturb,
-        )
+        for event in propagate(model, canonical_weights(model), states.__getitem__, mask):
+            if isinstance(event, StageCheck):
+                event.record(bound, mask)
+            elif isinstance(event, Chunk):
+                perturb(event)
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
@@ -310,15 +306,11 @@ def test_zeroed_blocks_pass_the_parts_through(family):
 
     weights, chunks = canonical_weights(model), []
     with torch.no_grad():
-        propagate(
-            model,
-            weights,
-            lambda l: states[l],
-            mask,
-            0,
-            check,
-            on_chunk=lambda c: chunks.append(c) if c.layer == weights.n_layers else None,
-        )
+        for event in propagate(model, weights, lambda l: states[l], mask):
+            if isinstance(event, StageCheck):
+                check(event.layer, event.stage, event.got, event.want)
+            elif isinstance(event, Chunk) and event.layer == weights.n_layers:
+                chunks.append(event)
     last = assembled(chunks)
     start = token_split(states[0])
     real = mask.bool()
