@@ -18,12 +18,14 @@ from attnscope.core.attention import visible_pairs
 from attnscope.core.checks import CheckError, ResidualLog
 from attnscope.core.store import HiddenStates
 from attnscope.maps.layer_decomposition import (
+    VECTOR_SCOPES,
     LayerInput,
     carried_stages,
     closing_layer_norm,
     factored_stages,
     stream_scope,
 )
+from attnscope.maps.layer_maps import COMPLETENESS
 from attnscope.maps.prediction import logit_attribution
 from attnscope.maps.propagation import (
     CARRIED_COPIES,
@@ -186,6 +188,39 @@ def test_chunks_of_input_tokens_give_the_whole_split(family, exact):
             close(got.bias_share()[real], want.bias_share()[real])
         close(last.parts[real], whole_last.parts[real])
         close(last.bias[real], whole_last.bias[real])
+
+
+def test_propagate_yields_a_layer_once_its_last_chunk_is_through():
+    """In chunks of 5 input tokens (12 = 5 + 5 + 2), each chunk's split of each layer in
+    order; after the last chunk's split of a layer, that layer's seven stage checks (the six
+    stages and the FF's completeness) and its assembled split, whose norms are its chunks'
+    norms side by side and whose bias is the first chunk's."""
+    model = tiny_model("gpt2")
+    ids, mask = tiny_batch("bert")
+    states = architecture("gpt2").residual_states(model, {"input_ids": ids, "attention_mask": mask})
+    weights = canonical_weights(model)
+    budget = budget_for(5, 3, 12, model.config.hidden_size)
+    with torch.no_grad():
+        events = list(propagate(model, weights, states.__getitem__, mask, 0, budget))
+    order = [
+        (type(e).__name__, e.layer, getattr(e, "sources", None), getattr(e, "stage", None))
+        for e in events
+    ]
+    expected = []
+    for sources in (slice(0, 5), slice(5, 10), slice(10, 12)):
+        for layer in (1, 2):
+            expected.append(("Chunk", layer, sources, None))
+            if sources.stop == 12:
+                stages = [*VECTOR_SCOPES[:4], COMPLETENESS, *VECTOR_SCOPES[4:]]
+                expected += [("StageCheck", layer, None, stage) for stage in stages]
+                expected.append(("LayerSplit", layer, None, None))
+    assert order == expected
+    for split in (e for e in events if isinstance(e, LayerSplit)):
+        chunks = [e for e in events if isinstance(e, Chunk) and e.layer == split.layer]
+        norms = torch.cat([c.split.parts.norm(dim=-1).cpu() for c in chunks], dim=2)
+        assert torch.equal(split.norms, norms)
+        assert torch.equal(split.bias, chunks[0].split.bias)
+        assert all(float(c.split.bias.abs().max()) == 0 for c in chunks[1:])
 
 
 @pytest.mark.parametrize("family", CLASSIC)
