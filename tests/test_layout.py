@@ -199,13 +199,12 @@ MAX_PARAMETERS = 8
 # body), except these, each named with why it is not split yet.
 MAX_LINES = 60
 LONG_FUNCTIONS = {
-    # the page is assembled array by array in the viewer's order, per layer and scope; a
-    # split belongs with the views family's own restructuring
+    # the page assembled array by array, per layer and scope, in the viewer's order: to split
+    # after #49 item 1, which changes how it receives the model at the same time
     "analyses/views/payload.py:sequence_page",
-    # one store pass whose per-layer loop holds five outputs open at once (#49 item 3 moves
-    # the mixing family's declaration; split with it)
+    # one store pass holding a layer's five outputs open at once: likewise after item 1
     "analyses/mixing/corpus_pass.py:corpus_pass",
-    # the layer-streamed extraction (pipeline/, #49 item 1 moves it to the model package)
+    # the layer-streamed extraction, which item 1 moves into the model package
     "pipeline/extract.py:extract_streamed",
 }
 

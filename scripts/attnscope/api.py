@@ -380,6 +380,7 @@ class _Collected:
             )
 
     def decomposition(self, tokens: list[str], checks: pd.DataFrame) -> Decomposition:
+        """The kept maps (and parts and bias) stacked over the layers."""
         stacked = {scope: np.stack(values) for scope, values in self.maps.items()}
         parts, bias = self.parts, None
         if parts is not None:
