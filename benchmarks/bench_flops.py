@@ -445,29 +445,29 @@ class Steps:
 
     def _mixing(self, B: int, n: int):
         from attnscope.core.checks import ResidualLog
-        from attnscope.maps.layer_maps import layer_scope_maps
+        from attnscope.maps.layer_maps import LayerBatch, layer_scope_maps
 
         mask, states = self.states(B, n)
 
         def run():
             log = ResidualLog(1e-3, None)
             for l in range(self.layers):
-                layer_scope_maps(
-                    self.model, self.weights, l, states[l], mask, states[l + 1], 0, log
-                )
+                at = LayerBatch(l, states[l], mask, states[l + 1])
+                layer_scope_maps(self.model, self.weights, at, 0, log)
 
         return run
 
     def _propagate(self, B: int, n: int):
         from attnscope.core.checks import ResidualLog
-        from attnscope.maps.propagation import propagate
+        from attnscope.maps.propagation import StageCheck, propagate
 
         mask, states = self.states(B, n)
 
         def run():
             log = ResidualLog(1e-3, None)
-            check = lambda l, stage, got, want: log.add(l, stage, got, want, mask)  # noqa: E731
-            propagate(self.model, self.weights, states.__getitem__, mask, 0, check)
+            for event in propagate(self.model, self.weights, states.__getitem__, mask):
+                if isinstance(event, StageCheck):
+                    event.record(log, mask)
 
         return run
 

@@ -42,7 +42,6 @@ Run: .venv/bin/python benchmarks/bench_length.py [--lengths 256 512 1024 2048 40
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import subprocess
 import sys
@@ -96,8 +95,8 @@ def worker(step: str, n: int, layers: int, budget: float, threads: int, sizes: d
     )
     from attnscope.core.checks import ResidualLog
     from attnscope.maps.head_norms import head_summed_norms
-    from attnscope.maps.layer_maps import layer_scope_maps
-    from attnscope.maps.propagation import propagate
+    from attnscope.maps.layer_maps import LayerBatch, layer_scope_maps
+    from attnscope.maps.propagation import StageCheck, propagate
 
     if threads:
         torch.set_num_threads(threads)
@@ -121,16 +120,9 @@ def worker(step: str, n: int, layers: int, budget: float, threads: int, sizes: d
             family.residual_states(model, inputs)
         if step == "propagate":
             log = ResidualLog(1e-4, None)
-            chunked = "memory_budget_mb" in inspect.signature(propagate).parameters
-            propagate(
-                model,
-                weights,
-                states.__getitem__,
-                mask,
-                0,
-                lambda l, stage, got, want: log.add(l, stage, got, want, mask),
-                **({"memory_budget_mb": budget} if chunked else {}),
-            )
+            for event in propagate(model, weights, states.__getitem__, mask, 0, budget):
+                if isinstance(event, StageCheck):
+                    event.record(log, mask)
         for l, layer in enumerate(weights.layers if step not in ("extract", "propagate") else []):
             X = states[l]
             if step == "norms":
@@ -145,7 +137,8 @@ def worker(step: str, n: int, layers: int, budget: float, threads: int, sizes: d
                 stats.summary()
             elif step == "mixing":
                 log = ResidualLog(1e-4, None)
-                layer_scope_maps(model, weights, l, X, mask, states[l + 1], 0, log, None, budget)
+                at = LayerBatch(l, X, mask, states[l + 1])
+                layer_scope_maps(model, weights, at, 0, log, None, budget)
 
     run(*sequence(16))  # warm-up: first calls load kernels, outside the measurement
     measured = sequence(n)

@@ -49,8 +49,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
 
 from attnscope.architectures import canonical_weights  # noqa: E402
 from attnscope.maps.layer_decomposition import (  # noqa: E402
+    LayerInput,
+    factored_stages,
     feed_forward_parts,
-    layer_stages,
 )
 
 SHAPES = {
@@ -91,7 +92,7 @@ def ff_input_parts(name: str, n: int, seed: int = 0):
     X = torch.randn(1, n, model.config.hidden_size)
     mask = torch.ones(1, n, dtype=torch.long)
     with torch.no_grad():
-        for stage in layer_stages(X, mask, layer):
+        for stage in factored_stages(LayerInput(X, mask, layer)):
             if stage.scope == "AttnResLn":
                 return layer, stage.parts.clone(), stage.bias.clone(), stage.factors
     raise AssertionError("no AttnResLn stage")

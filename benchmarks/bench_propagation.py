@@ -33,8 +33,8 @@ from bench_mixing import median_seconds, peak_rise_mib  # noqa: E402
 
 from attnscope.architectures import architecture, canonical_weights  # noqa: E402
 from attnscope.core.checks import ResidualLog  # noqa: E402
-from attnscope.maps.layer_maps import layer_scope_maps  # noqa: E402
-from attnscope.maps.propagation import propagate  # noqa: E402
+from attnscope.maps.layer_maps import LayerBatch, layer_scope_maps  # noqa: E402
+from attnscope.maps.propagation import StageCheck, propagate  # noqa: E402
 
 
 def random_bert(layers: int, device: str):
@@ -63,19 +63,15 @@ def main() -> None:
         log = ResidualLog(1e-4, None)
         with torch.no_grad():
             for l in range(weights.n_layers):
-                layer_scope_maps(model, weights, l, states[l], mask, states[l + 1], 0, log)
+                at = LayerBatch(l, states[l], mask, states[l + 1])
+                layer_scope_maps(model, weights, at, 0, log)
 
     def propagated():
         log = ResidualLog(1e-4, None)
         with torch.no_grad():
-            propagate(
-                model,
-                weights,
-                lambda l: states[l],
-                mask,
-                0,
-                lambda l, stage, got, want: log.add(l, stage, got, want, mask),
-            )
+            for event in propagate(model, weights, lambda l: states[l], mask):
+                if isinstance(event, StageCheck):
+                    event.record(log, mask)
 
     print(
         f"BERT-base shapes: {args.layers} layers, n {args.n}, d 768, d_ff 3072, 12 heads, "

@@ -22,11 +22,12 @@ from attnscope.core.attention import attention_output, attention_probs, layer_fo
 from attnscope.core.attention import value_vectors as values
 from attnscope.core.checks import ResidualLog
 from attnscope.maps.layer_decomposition import (
+    LayerInput,
     closing_layer_norm,
-    layer_stages,
+    factored_stages,
     reference_outputs,
 )
-from attnscope.maps.layer_maps import layer_scope_maps
+from attnscope.maps.layer_maps import LayerBatch, layer_scope_maps
 from conftest import DECODERS, TINY, WINDOW, tiny_batch, tiny_model
 
 
@@ -152,7 +153,8 @@ def test_every_mixing_stage_rebuilds_the_modules(decoder):
     residuals = ResidualLog(1e-5, None)
     for l in range(weights.n_layers):
         with torch.no_grad():
-            maps = layer_scope_maps(model, weights, l, states[l], mask, states[l + 1], 0, residuals)
+            at = LayerBatch(l, states[l], mask, states[l + 1])
+            maps = layer_scope_maps(model, weights, at, 0, residuals)
         assert all(torch.isfinite(m).all() for m in maps.values())
     table = residuals.table()
     assert len(table) == weights.n_layers * 7 and table["max_rel"].max() < 1e-5
@@ -187,7 +189,7 @@ def test_float64_stages_rebuild_the_float64_formulas(decoder):
         y = attention_output(attention_probs(X, mask, layer), values(X, layer), layer)
         reference = reference_outputs(X, y, layer, closing)
         real = mask.bool()
-        for stage in layer_stages(X, mask, layer, closing):
+        for stage in factored_stages(LayerInput(X, mask, layer, closing)):
             want = reference[stage.scope][real]
             error = (stage.total()[real] - want).abs().max() / want.abs().max()
             assert error < 1e-12, (l, stage.scope, float(error))

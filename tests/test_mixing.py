@@ -16,8 +16,9 @@ from attnscope.core.activation_split import (
 from attnscope.core.store import HiddenStates
 from attnscope.maps.layer_decomposition import (
     VECTOR_SCOPES,
+    LayerInput,
     closing_layer_norm,
-    layer_stages,
+    factored_stages,
 )
 from conftest import write_tiny_store
 
@@ -65,7 +66,7 @@ def test_every_stage_rebuilds_the_real_outputs(tmp_path, classic_family, ig_step
                         "AttnResLnFfResLn": X_next,
                     }
                 seen = []
-                for stage in layer_stages(X, mask, layer, closing, ig_steps):
+                for stage in factored_stages(LayerInput(X, mask, layer, closing, ig_steps)):
                     seen.append(stage.scope)
                     got = stage.total()[real]
                     want = expected[stage.scope][real]
@@ -92,7 +93,8 @@ def test_head_factors_rebuild_the_parts_and_the_ff_split(tmp_path, family):
     layer = weights.layers[1]
     closing = closing_layer_norm(weights.layers, weights.final_ln, 1)
     with torch.no_grad():
-        stage = next(s for s in layer_stages(X, mask, layer, closing) if s.scope == "AttnResLn")
+        stages = factored_stages(LayerInput(X, mask, layer, closing))
+        stage = next(s for s in stages if s.scope == "AttnResLn")
         parts, factors = stage.parts, stage.factors
         n, d = parts.shape[2], parts.shape[3]
         identity = factors.times(torch.eye(d, dtype=parts.dtype))
@@ -117,7 +119,7 @@ def test_query_chunks_give_the_whole_layers_maps(tmp_path, family, rows, ig_step
     from attnscope.analyses.mixing.statistics import vector_mixing_ratio
     from attnscope.core.checks import ResidualLog
     from attnscope.maps.layer_decomposition import STAGE_COPIES, query_chunk
-    from attnscope.maps.layer_maps import layer_scope_maps
+    from attnscope.maps.layer_maps import LayerBatch, layer_scope_maps
 
     path, model = write_tiny_store(tmp_path, family)
     weights = canonical_weights(model)
@@ -142,7 +144,7 @@ def test_query_chunks_give_the_whole_layers_maps(tmp_path, family, rows, ig_step
 
             with torch.no_grad():
                 maps = layer_scope_maps(
-                    model, weights, l, states[l], mask, states[l + 1], ig_steps,
+                    model, weights, LayerBatch(l, states[l], mask, states[l + 1]), ig_steps,
                     ResidualLog(float("inf"), None), keep, budget_mb,
                 )  # fmt: skip
             found.append((maps, ratios))
@@ -220,7 +222,7 @@ def test_stages_rebuild_outputs_with_every_activation(tmp_path, name):
         mask = torch.from_numpy(store.attention_mask.astype(np.int64))
     with torch.no_grad():
         want = layer_forward(X, mask, layer)[mask.bool()]
-        *_, last = layer_stages(X, mask, layer)
+        *_, last = factored_stages(LayerInput(X, mask, layer))
         got = last.total()[mask.bool()]
     assert ((got - want).norm(dim=-1) / want.norm(dim=-1)).max() < 1e-5
 

@@ -17,11 +17,22 @@ from attnscope.architectures import architecture, canonical_weights, prediction_
 from attnscope.core.attention import visible_pairs
 from attnscope.core.checks import CheckError, ResidualLog
 from attnscope.core.store import HiddenStates
-from attnscope.maps.layer_decomposition import closing_layer_norm, layer_stages, stream_scope
+from attnscope.maps.layer_decomposition import (
+    VECTOR_SCOPES,
+    LayerInput,
+    carried_stages,
+    closing_layer_norm,
+    factored_stages,
+    stream_scope,
+)
+from attnscope.maps.layer_maps import COMPLETENESS
 from attnscope.maps.prediction import logit_attribution
 from attnscope.maps.propagation import (
     CARRIED_COPIES,
     Carried,
+    Chunk,
+    LayerSplit,
+    StageCheck,
     propagate,
     source_chunk,
     token_split,
@@ -74,17 +85,14 @@ def carry(model, dtype=torch.float32, bound=1e-5, budget_mb=1024.0, splits=None,
     splits = [] if splits is None else splits
     last = []
     with torch.no_grad():
-        propagate(
-            model,
-            weights,
-            lambda l: states[l] if exact or l == 0 else None,
-            mask,
-            0,
-            lambda l, stage, got, want: log.add(l, stage, got, want, mask),
-            lambda l, split: splits.append(split),
-            lambda chunk: last.append(chunk) if chunk.layer == weights.n_layers else None,
-            budget_mb,
-        )
+        state = lambda l: states[l] if exact or l == 0 else None  # noqa: E731
+        for event in propagate(model, weights, state, mask, 0, budget_mb):
+            if isinstance(event, StageCheck):
+                event.record(log, mask)
+            elif isinstance(event, LayerSplit):
+                splits.append(event)
+            elif event.layer == weights.n_layers:
+                last.append(event)
     return states, [s.total for s in splits], assembled(last), log, mask, inputs
 
 
@@ -182,6 +190,39 @@ def test_chunks_of_input_tokens_give_the_whole_split(family, exact):
         close(last.bias[real], whole_last.bias[real])
 
 
+def test_propagate_yields_a_layer_once_its_last_chunk_is_through():
+    """In chunks of 5 input tokens (12 = 5 + 5 + 2), each chunk's split of each layer in
+    order; after the last chunk's split of a layer, that layer's seven stage checks (the six
+    stages and the FF's completeness) and its assembled split, whose norms are its chunks'
+    norms side by side and whose bias is the first chunk's."""
+    model = tiny_model("gpt2")
+    ids, mask = tiny_batch("bert")
+    states = architecture("gpt2").residual_states(model, {"input_ids": ids, "attention_mask": mask})
+    weights = canonical_weights(model)
+    budget = budget_for(5, 3, 12, model.config.hidden_size)
+    with torch.no_grad():
+        events = list(propagate(model, weights, states.__getitem__, mask, 0, budget))
+    order = [
+        (type(e).__name__, e.layer, getattr(e, "sources", None), getattr(e, "stage", None))
+        for e in events
+    ]
+    expected = []
+    for sources in (slice(0, 5), slice(5, 10), slice(10, 12)):
+        for layer in (1, 2):
+            expected.append(("Chunk", layer, sources, None))
+            if sources.stop == 12:
+                stages = [*VECTOR_SCOPES[:4], COMPLETENESS, *VECTOR_SCOPES[4:]]
+                expected += [("StageCheck", layer, None, stage) for stage in stages]
+                expected.append(("LayerSplit", layer, None, None))
+    assert order == expected
+    for split in (e for e in events if isinstance(e, LayerSplit)):
+        chunks = [e for e in events if isinstance(e, Chunk) and e.layer == split.layer]
+        norms = torch.cat([c.split.parts.norm(dim=-1).cpu() for c in chunks], dim=2)
+        assert torch.equal(split.norms, norms)
+        assert torch.equal(split.bias, chunks[0].split.bias)
+        assert all(float(c.split.bias.abs().max()) == 0 for c in chunks[1:])
+
+
 @pytest.mark.parametrize("family", CLASSIC)
 def test_float64_propagation_is_exact(family):
     """With a float64 model and states the carried split and the logits hold to 1e-12."""
@@ -246,14 +287,9 @@ def test_one_layer_propagation_is_the_per_layer_map(family):
     for layer in (first, unbiased):
         with torch.no_grad():
             split = token_split(states[0])
-            stages = {
-                s.scope: (s.parts.clone(), s.total())
-                for s in layer_stages(states[0], mask, layer, closing)
-            }
-            carried = {
-                s.scope: (s.parts.clone(), s.total())
-                for s in layer_stages(states[0], mask, layer, closing, carried=split)
-            }
+            at = LayerInput(states[0], mask, layer, closing)
+            stages = {s.scope: (s.parts.clone(), s.total()) for s in factored_stages(at)}
+            carried = {s.scope: (s.parts.clone(), s.total()) for s in carried_stages(at, split)}
         for scope, (parts, total) in stages.items():
             scale = float(total.abs().max())
             assert float((carried[scope][1] - total).abs().max()) < 1e-5 * scale, scope
@@ -280,16 +316,11 @@ def test_parts_are_carried_in_float64_and_a_wrong_split_fails(family):
 
     bound = ResidualLog(1e-4, None, "propagation")
     with pytest.raises(CheckError, match="layer 2: propagation stage Attn"), torch.no_grad():
-        propagate(
-            model,
-            canonical_weights(model),
-            lambda l: states[l],
-            mask,
-            0,
-            lambda l, stage, got, want: bound.add(l, stage, got, want, mask),
-            None,
-            perturb,
-        )
+        for event in propagate(model, canonical_weights(model), states.__getitem__, mask):
+            if isinstance(event, StageCheck):
+                event.record(bound, mask)
+            elif isinstance(event, Chunk):
+                perturb(event)
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
@@ -310,15 +341,11 @@ def test_zeroed_blocks_pass_the_parts_through(family):
 
     weights, chunks = canonical_weights(model), []
     with torch.no_grad():
-        propagate(
-            model,
-            weights,
-            lambda l: states[l],
-            mask,
-            0,
-            check,
-            on_chunk=lambda c: chunks.append(c) if c.layer == weights.n_layers else None,
-        )
+        for event in propagate(model, weights, lambda l: states[l], mask):
+            if isinstance(event, StageCheck):
+                check(event.layer, event.stage, event.got, event.want)
+            elif isinstance(event, Chunk) and event.layer == weights.n_layers:
+                chunks.append(event)
     last = assembled(chunks)
     start = token_split(states[0])
     real = mask.bool()

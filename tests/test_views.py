@@ -30,9 +30,9 @@ from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CLS, OTHER, SEP, piece_labels
 from attnscope.maps.attend import attend_split
-from attnscope.maps.layer_maps import layer_scope_maps
+from attnscope.maps.layer_maps import LayerBatch, layer_scope_maps
 from attnscope.maps.prediction import Prediction, model_logits
-from attnscope.maps.propagation import propagate
+from attnscope.maps.propagation import LayerSplit, propagate
 from conftest import TINY, Opened, write_tiny_store
 
 ENCODERS = ("bert", "roberta", "electra")
@@ -131,15 +131,9 @@ def test_page_arrays_rebuild_weights_norms_and_scopes(tmp_path, family):
         ]
         propagated = {}
         with torch.no_grad():
-            propagate(
-                model,
-                weights,
-                lambda l: states[l],
-                torch.ones(1, n, dtype=torch.long),
-                0,
-                lambda *check: None,
-                lambda l, split: propagated.update({l: split.norms[0].float()}),
-            )
+            for event in propagate(model, weights, states.__getitem__, torch.ones(1, n).long()):
+                if isinstance(event, LayerSplit):
+                    propagated[event.layer] = event.norms[0].float()
         for l in range(weights.n_layers):
             q = torch.from_numpy(page.arrays[f"q/{l + 1}"].astype(np.float32))
             k = torch.from_numpy(page.arrays[f"k/{l + 1}"].astype(np.float32))
@@ -154,7 +148,7 @@ def test_page_arrays_rebuild_weights_norms_and_scopes(tmp_path, family):
             X = torch.from_numpy(store.hidden(l, 0, 1)[:, :n])
             mask = torch.ones(1, n, dtype=torch.long)
             with torch.no_grad():
-                maps = layer_scope_maps(model, weights, l, X, mask, None, 0, residuals)
+                maps = layer_scope_maps(model, weights, LayerBatch(l, X, mask), 0, residuals)
             maps["Propagated"] = propagated[l + 1][None] * visible_pairs(mask, layer.causal)
             for scope in page.header["scopes"]:
                 keys = page.arrays[f"{scope}/{l + 1}/key"].astype(np.int64)

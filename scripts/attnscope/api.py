@@ -52,9 +52,10 @@ from attnscope.core.tokens import piece_labels
 from attnscope.data.corpora import encode_corpus
 from attnscope.maps.attend import Attend, attend_split
 from attnscope.maps.head_norms import head_summed_norms
-from attnscope.maps.layer_maps import layer_scope_maps
+from attnscope.maps.layer_decomposition import Stage
+from attnscope.maps.layer_maps import LayerBatch, layer_scope_maps
 from attnscope.maps.prediction import Prediction, model_logits
-from attnscope.maps.propagation import propagate
+from attnscope.maps.propagation import Chunk, LayerSplit, StageCheck, propagate
 from attnscope.maps.scopes import PROPAGATED, SCOPES
 from attnscope.pipeline import gguf
 from attnscope.pipeline.extract import ExtractSettings, extract
@@ -322,9 +323,6 @@ def decompose(
     model = _loaded(model)
     weights, residuals = model.weights, ResidualLog(MAX_RELATIVE_RESIDUAL, None)
     depth = ResidualLog(DEPTH_RELATIVE_RESIDUAL, None)
-    maps = {scope: [] for scope in scopes}
-    parts = {scope: [] for scope in scopes} if vectors else None
-    bias = {scope: [] for scope in scopes}
     with _one(model, text) as store, torch.no_grad():
         n = int(store.lengths[0])
         mask = torch.ones(1, n, dtype=torch.long, device=model.device)
@@ -333,56 +331,62 @@ def decompose(
             for l in range(weights.n_layers + 1)
         ]
         tokens = model.tokens(store.input_ids[0, :n])
+        found = _Collected(scopes, vectors, weights.n_layers, n, hidden[0].shape[-1])
         layered = [s for s in scopes if s != PROPAGATED]
         for l in range(weights.n_layers if layered else 0):
-
-            def keep(stage, l=l):
-                if parts is not None and stage.scope in parts:  # copies: stages reuse memory
-                    parts[stage.scope].append(stage.parts[0].cpu().numpy().copy())
-                    bias[stage.scope].append(stage.bias[0].cpu().numpy().copy())
-
-            found = layer_scope_maps(
-                model.module, weights, l, hidden[l], mask, hidden[l + 1], ig_steps, residuals, keep
-            )
+            at = LayerBatch(l, hidden[l], mask, hidden[l + 1])
+            maps = layer_scope_maps(model.module, weights, at, ig_steps, residuals, found.keep)
             for scope in layered:
-                maps[scope].append(found[scope][0].cpu().numpy())
+                found.maps[scope].append(maps[scope][0].cpu().numpy())
         if PROPAGATED in scopes:
             pairs = visible_pairs(mask, weights.causal).cpu()
-            if parts is not None:  # the chunks' parts, each layer's assembled
-                d = hidden[0].shape[-1]
-                parts[PROPAGATED] = list(np.zeros((weights.n_layers, n, n, d), np.float32))
-
-            def carried(l, split):
-                norms = (split.norms * pairs)[0]  # carried in float64: float32 out,
-                maps[PROPAGATED].append(norms.float().numpy())  # like the other scopes
-                bias[PROPAGATED].append(split.bias[0].float().cpu().numpy())
-
-            def chunk_parts(chunk):
-                if parts is not None:
-                    parts[PROPAGATED][chunk.layer - 1][:, chunk.sources] = (
-                        chunk.split.parts[0].float().cpu().numpy()
-                    )
-
-            def check(l, stage, got, want):
-                depth.add(l, f"{PROPAGATED} {stage}", got, want, mask)
-
-            propagate(
-                model.module,
-                weights,
-                hidden.__getitem__,
-                mask,
-                ig_steps,
-                check,
-                carried,
-                chunk_parts,
-            )
-    stacked = {scope: np.stack(values) for scope, values in maps.items()}
-    if parts is not None:
-        parts = {scope: np.stack(values) for scope, values in parts.items() if values}
-        bias = {scope: np.stack(values) for scope, values in bias.items() if values}
+            for event in propagate(model.module, weights, hidden.__getitem__, mask, ig_steps):
+                if isinstance(event, StageCheck):
+                    event.record(depth, mask, f"{PROPAGATED} ")
+                else:
+                    found.carried(event, pairs)
     tables = [t for t in (residuals.table(), depth.table()) if not t.empty]  # per layer, depth
     checks = pd.concat(tables, ignore_index=True) if tables else residuals.table()
-    return Decomposition(tokens, stacked, parts, bias if vectors else None, checks)
+    return found.decomposition(tokens, checks)
+
+
+class _Collected:
+    """What `decompose` keeps of one text: the maps of its `scopes` and, with `vectors`, the
+    parts and the bias of each (copies: the stages reuse their memory) of a text of n pieces
+    of width d through L layers."""
+
+    def __init__(self, scopes: tuple[str, ...], vectors: bool, L: int, n: int, d: int):
+        self.maps = {scope: [] for scope in scopes}
+        self.parts = {scope: [] for scope in scopes} if vectors else None
+        self.bias = {scope: [] for scope in scopes}
+        if self.parts is not None and PROPAGATED in scopes:  # filled chunk by chunk
+            self.parts[PROPAGATED] = list(np.zeros((L, n, n, d), np.float32))
+
+    def keep(self, stage: Stage) -> None:
+        """One stage of a layer's decomposition (`layer_scope_maps`' `on_stage`)."""
+        if self.parts is not None and stage.scope in self.parts:
+            self.parts[stage.scope].append(stage.parts[0].cpu().numpy().copy())
+            self.bias[stage.scope].append(stage.bias[0].cpu().numpy().copy())
+
+    def carried(self, event: LayerSplit | Chunk, pairs: torch.Tensor) -> None:
+        """A layer's assembled split (its map, carried in float64: float32 out, like the other
+        scopes, and its bias) or a chunk of it (its parts, with `vectors`)."""
+        if isinstance(event, LayerSplit):
+            self.maps[PROPAGATED].append((event.norms * pairs)[0].float().numpy())
+            self.bias[PROPAGATED].append(event.bias[0].float().cpu().numpy())
+        elif self.parts is not None:
+            self.parts[PROPAGATED][event.layer - 1][:, event.sources] = (
+                event.split.parts[0].float().cpu().numpy()
+            )
+
+    def decomposition(self, tokens: list[str], checks: pd.DataFrame) -> Decomposition:
+        """The kept maps (and parts and bias) stacked over the layers."""
+        stacked = {scope: np.stack(values) for scope, values in self.maps.items()}
+        parts, bias = self.parts, None
+        if parts is not None:
+            parts = {scope: np.stack(values) for scope, values in parts.items() if values}
+            bias = {scope: np.stack(values) for scope, values in self.bias.items() if values}
+        return Decomposition(tokens, stacked, parts, bias, checks)
 
 
 @dataclass

@@ -64,7 +64,8 @@ queries at a time, so the [B, keys, chunk, d_ff] pre-activation parts stay under
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 
 import torch
 
@@ -99,6 +100,8 @@ class Stage:
     bias: torch.Tensor
     factors: HeadFactors | None = None
     offset: int = 0
+    ff_real: torch.Tensor | None = None  # AttnResLnFf: the real FF output FF(h) [B, c, d] (through
+    # a norm on the block's output), the completeness check's reference
 
     def total(self) -> torch.Tensor:
         """sum_j z_ij + bias_i: the module output this stage rebuilds.  [B, c, d]"""
@@ -275,21 +278,35 @@ def linearise_ff(total: torch.Tensor, layer: CanonicalLayer, ig_steps: int):
     return layer.ff.linearise(total, ig_steps), layer.ff(total)
 
 
+class TokenFactors:
+    """The per-token quantities of one layer's (or the head's) stages, keyed by where they act
+    (every norm's scale, the FF's linearisation and real output): each is computed from the
+    first split's stage total and recorded, then used as it is by every later split. A split
+    that sums to the state (one source: the state itself) records them; a split of only some
+    sources, which does not, is then decomposed exactly with them."""
+
+    def __init__(self):
+        self._values: dict[str, object] = {}
+
+    def get(self, key: str, parts: torch.Tensor, bias: torch.Tensor, compute: Callable):
+        """The quantity `key`: recorded, or `compute` applied to sum_j parts_ij + bias_i."""
+        if key not in self._values:
+            self._values[key] = compute(parts.sum(2) + bias)
+        return self._values[key]
+
+
 def per_token(
-    recorded: dict | None, key: str, parts: torch.Tensor, bias: torch.Tensor, compute: Callable
+    recorded: TokenFactors | None, key: str, parts: torch.Tensor, bias: torch.Tensor, compute
 ):
     """A per-token quantity of a stage (a norm's scale, the FF's linearisation): `compute`
-    applied to the stage's total sum_j parts_ij + bias_i, or, when `recorded` already holds
-    `key`, the value recorded there from the whole state (`layer_stages`' `recorded`)."""
-    if recorded is not None and key in recorded:
-        return recorded[key]
-    value = compute(parts.sum(2) + bias)
-    if recorded is not None:
-        recorded[key] = value
-    return value
+    applied to the stage's total sum_j parts_ij + bias_i, or what `recorded` holds (or
+    records) under `key`."""
+    if recorded is None:
+        return compute(parts.sum(2) + bias)
+    return recorded.get(key, parts, bias, compute)
 
 
-def _normed(parts, bias, norm, recorded: dict | None = None, key: str = ""):
+def _normed(parts, bias, norm, recorded: TokenFactors | None = None, key: str = ""):
     """(parts, bias) through `norm` (the scale from their sum, or recorded under `key`), or
     unchanged when None."""
     if norm is None:
@@ -314,7 +331,10 @@ class Carried:
 
 
 def carried_attention(
-    alpha: torch.Tensor, carried: Carried, layer: CanonicalLayer, recorded: dict | None = None
+    alpha: torch.Tensor,
+    carried: Carried,
+    layer: CanonicalLayer,
+    recorded: TokenFactors | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The attention block applied to a carried split of its input (before any output norm).
 
@@ -323,7 +343,7 @@ def carried_attention(
     b_k, part j of the output at query i is sum_h sum_k alpha^h_ik p_kj W_V^h W_O^h, and the
     bias gets sum_h sum_k alpha^h_ik (b_k W_V^h + b_V^h) W_O^h + b_O.
     alpha [B, H, n, n] -> (parts [B, n, m, d], bias [B, n, d]). `recorded`: as in
-    `layer_stages`.
+    `carried_stages`.
     """
     parts, bias = _normed(carried.parts, carried.bias, layer.plan.attn_in_norm, recorded, "ln_attn")
     B, H, n, _ = alpha.shape
@@ -340,124 +360,156 @@ def carried_attention(
     return out, out_bias
 
 
-def layer_stages(
-    X: torch.Tensor,
-    mask: torch.Tensor,
-    layer: CanonicalLayer,
-    closing_ln: CanonicalLayerNorm | None = None,
-    ig_steps: int = 0,
-    completeness: dict | None = None,
-    carried: Carried | None = None,
-    queries: tuple[int, int] | None = None,
-    memo: dict | None = None,
-    recorded: dict | None = None,
-) -> Iterator[Stage]:
-    """Yield the six vector stages of one layer in module order (see the module docstring).
+@dataclass(frozen=True)
+class LayerInput:
+    """One layer at one input, what both walks over its `BlockPlan` read: X [B, n, d] the
+    layer input (hidden/{l}), mask [B, n], the canonical `layer`, `closing_ln` (where the layer
+    ends on the stream (pre-LN), the norm that reads its output next: `closing_layer_norm`;
+    None where the next layer reads the stream itself; unused where the layer's own output
+    norm closes it, post-LN) and `ig_steps` (the FF split, 0: closed form). Its attention
+    weights, value vectors and the FF's head vectors are computed once, on first use, and
+    shared by every query chunk and every split decomposed at this input."""
 
-    X [B, n, d] the layer input (hidden/{l}), mask [B, n]; the stages follow the layer's
-    `BlockPlan`. `closing_ln`: where the layer ends on the stream (pre-LN), the norm that
-    reads its output next (`closing_layer_norm`: the next layer's attn_in_norm or the final
-    norm; None where the next layer reads the stream itself); unused where the layer's own
-    output norm closes it (post-LN). A yielded stage's tensors may be modified by the next
-    step: use them (norms, sums) before advancing. If `completeness` is a dict, its key
-    "ff_real" receives the real FF output.
+    X: torch.Tensor
+    mask: torch.Tensor
+    layer: CanonicalLayer
+    closing_ln: CanonicalLayerNorm | None = None
+    ig_steps: int = 0
+    head_memo: dict = field(default_factory=dict, compare=False, repr=False)  # `HeadFactors`
 
-    `carried`: a split of X into parts of m sources (`Carried`, e.g. the input tokens carried
-    from the embeddings); the stages then hold parts [B, n, m, d] of those sources. None:
-    the parts of X are its own tokens (x_i is the one part at j = i), m = n. The norms' scales
-    and the FF's IG coefficients depend only on each token's total, so both splits are exact.
+    @cached_property
+    def alpha(self) -> torch.Tensor:
+        """The attention weights.  [B, H, n, n]"""
+        return attention_probs(self.X, self.mask, self.layer)
+
+    @cached_property
+    def fx(self) -> torch.Tensor:
+        """f^h(x_j), the value vectors through W_O.  [B, H, n, d]"""
+        return value_vectors(self.X, self.layer)
+
+    @cached_property
+    def fx_post(self) -> torch.Tensor:
+        """fx through the gamma (and centring) of a norm on the attention block's output:
+        the factored form of the normed parts.  [B, H, n, d]"""
+        post = self.layer.plan.attn_out_norm
+        return post.gamma * post.centre(self.fx)
+
+
+def factored_stages(at: LayerInput, queries: tuple[int, int] | None = None) -> Iterator[Stage]:
+    """Yield the six vector stages of one layer split by the tokens of its own input (x_i is
+    the one part at j = i), in module order (the module docstring); the AttnResLn stage also
+    in factored form (`HeadFactors`), which the FF reads. A yielded stage's tensors may be
+    modified by the next step: use them (norms, sums) before advancing.
 
     `queries` (i0, i1): decompose only those queries (parts [B, i1 - i0, n, d]; the module
-    docstring's Memory); not with `carried`. `memo`: a dict kept across the query chunks of
-    one layer (its attention, value vectors and FF head factors are computed once).
-
-    `recorded` (with `carried`): a dict of the per-token quantities (every norm's scale, the
-    FF's linearisation and real output), keyed by where they act. Each missing one is computed
-    from the stage's total and recorded; each present one is used as it is. So a split of only
-    some sources (a chunk of the input tokens, whose parts do not sum to the state) is
-    decomposed exactly by passing the dict filled by a decomposition of the whole state (e.g.
-    one source: the state itself). Their bias is then the chunk's own image of its bias plus
-    every constant term (b_O, beta, b_V, FF biases) once more.
+    docstring's Memory); every query by default. The query chunks of one `at` share its
+    attention, value vectors and FF head vectors.
     """
-    plan = layer.plan
-    memo = {} if memo is None else memo
-    if "alpha" not in memo:
-        memo["alpha"] = attention_probs(X, mask, layer)
-    q0, q1 = (0, X.shape[1]) if queries is None else queries
-    if carried is not None and (q0, q1) != (0, X.shape[1]):
-        raise ValueError("a carried split is decomposed for every query at once")
-    alpha, Xq = memo["alpha"][:, :, q0:q1], X[:, q0:q1]
-    if carried is None:
-        if "fx" not in memo:
-            memo["fx"] = value_vectors(X, layer)
-        fx = memo["fx"]
-        parts = attention_parts(alpha, fx)
-        bias = layer.b_O.expand_as(Xq).clone()
-    else:
-        parts, bias = carried_attention(alpha, carried, layer, recorded)
+    plan, layer = at.layer.plan, at.layer
+    q0, q1 = (0, at.X.shape[1]) if queries is None else queries
+    alpha, fx, Xq = at.alpha[:, :, q0:q1], at.fx, at.X[:, q0:q1]
+    parts = attention_parts(alpha, fx)
+    bias = layer.b_O.expand_as(Xq).clone()
     if plan.attn_out_norm is not None:  # sandwich / OLMo-2: a norm on the block's output
-        post = plan.attn_out_norm
-        s_post = per_token(recorded, "post_attn", parts, bias, post.scale)
-        parts, bias = layer_norm_parts(parts, bias, post, s_post)
-        if carried is None:
-            alpha = alpha / s_post[:, None]  # the factored form of the normed parts
-            if "fx_post" not in memo:
-                memo["fx_post"] = post.gamma * post.centre(fx)
-            fx = memo["fx_post"]
+        s_post = plan.attn_out_norm.scale(parts.sum(2) + bias)
+        parts, bias = layer_norm_parts(parts, bias, plan.attn_out_norm, s_post)
+        alpha, fx = alpha / s_post[:, None], at.fx_post  # the factored form of the normed parts
     yield Stage("Attn", parts, bias, offset=q0)
-    if carried is None:
-        parts = add_residual(parts, Xq, q0)
-    else:
-        parts, bias = parts.add_(carried.parts), bias + carried.bias
-    yield Stage("AttnRes", parts, bias, offset=q0)
-    residual_parts, residual_bias = parts, bias  # the residual around FF is h (AttnRes) ...
-    if plan.ff_reads_block_input and carried is not None:  # the FF reads (its norm of) X
-        parts, bias = carried.parts, carried.bias
-    elif plan.ff_reads_block_input:  # ... whose parts are the tokens themselves
-        alpha, fx = alpha[:, :0], fx[:, :0]
-        parts = torch.zeros_like(parts)
-        add_residual(parts, Xq, q0)
+    parts = add_residual(parts, Xq, q0)
+    residual = Stage("AttnRes", parts, bias, offset=q0)  # the residual around the FF ...
+    yield residual
+    if plan.ff_reads_block_input:  # parallel residual: the FF reads (its norm of) X, whose
+        alpha, fx = alpha[:, :0], fx[:, :0]  # parts are the tokens themselves
+        parts = add_residual(torch.zeros_like(parts), Xq, q0)
         bias = torch.zeros_like(bias)
     ln = plan.ff_in_norm
-    factors = None  # a carried split has no factored form
-    if ln is None and carried is None:  # OLMo-2: the FF reads the stream itself
+    if ln is None:  # OLMo-2: the FF reads the stream itself
         ones = torch.ones_like(Xq[..., :1])
         factors = HeadFactors(
-            alpha, fx, Xq, torch.ones_like(X[0, 0]), ones, False, q0, memo.setdefault("ff", {})
+            alpha, fx, Xq, torch.ones_like(at.X[0, 0]), ones, False, q0, at.head_memo
         )
-    elif ln is not None:
-        scale = per_token(recorded, "ln_ff", parts, bias, ln.scale)
-        if carried is None:
-            ff_memo = memo.setdefault("ff", {})
-            factors = HeadFactors(alpha, fx, Xq, ln.gamma, scale, ln.centred, q0, ff_memo)
+    else:
+        scale = ln.scale(parts.sum(2) + bias)
+        factors = HeadFactors(alpha, fx, Xq, ln.gamma, scale, ln.centred, q0, at.head_memo)
         parts, bias = layer_norm_parts(parts, bias, ln, scale)
+    read = Stage("AttnResLn", parts, bias, factors, q0)
     if plan.residual_is_ff_input:  # ... or the FF's input (post-LN: AttnResLn)
-        residual_parts, residual_bias = parts, bias
-    yield Stage("AttnResLn", parts, bias, factors, q0)
+        residual = read
+    yield read
+    tail = _feed_forward_stages(at, read, residual, q0)
+    del parts, bias, factors, alpha, fx, read, residual  # the tail holds what it needs
+    yield from tail
+
+
+def carried_stages(
+    at: LayerInput, carried: Carried, recorded: TokenFactors | None = None
+) -> Iterator[Stage]:
+    """Yield the six vector stages of one layer for a split of its input X into parts of m
+    sources (`Carried`, e.g. the input tokens carried from the embeddings): parts
+    [B, n, m, d]. Attention mixes every part through W_V W_O (`carried_attention`); the norms'
+    scales and the FF's IG coefficients depend only on each token's total, so the split is
+    exact. A yielded stage's tensors may be modified by the next step.
+
+    `recorded`: the per-token quantities (`TokenFactors`): each missing one is computed from
+    the stage's total and recorded, each present one used as it is. So a split of only some
+    sources (a chunk of the input tokens, whose parts do not sum to the state) is decomposed
+    exactly after a decomposition of the whole state (one source: the state itself) with the
+    same `recorded`. Their bias is then the chunk's own image of its bias plus every
+    constant term (b_O, beta, b_V, FF biases) once more.
+    """
+    plan = at.layer.plan
+    parts, bias = carried_attention(at.alpha, carried, at.layer, recorded)
+    parts, bias = _normed(parts, bias, plan.attn_out_norm, recorded, "post_attn")
+    yield Stage("Attn", parts, bias)
+    parts, bias = parts.add_(carried.parts), bias + carried.bias
+    residual = Stage("AttnRes", parts, bias)  # the residual around the FF ...
+    yield residual
+    if plan.ff_reads_block_input:  # parallel residual: the FF reads (its norm of) X
+        parts, bias = carried.parts, carried.bias
+    parts, bias = _normed(parts, bias, plan.ff_in_norm, recorded, "ln_ff")
+    read = Stage("AttnResLn", parts, bias)  # a carried split has no factored form
+    if plan.residual_is_ff_input:  # ... or the FF's input (post-LN: AttnResLn)
+        residual = read
+    yield read
+    tail = _feed_forward_stages(at, read, residual, -carried.first, recorded)
+    del parts, bias, read, residual  # the tail holds what it needs
+    yield from tail
+
+
+def _feed_forward_stages(
+    at: LayerInput,
+    read: Stage,
+    residual: Stage,
+    offset: int,
+    recorded: TokenFactors | None = None,
+) -> Iterator[Stage]:
+    """The last three stages of either walk: the FF block on what it reads (`read`, the
+    AttnResLn stage), its residual sum (with `residual`'s parts) and the closing norm.
+    `offset`: `feed_forward_parts`' (the first query's position minus the first key's). The
+    AttnResLnFf stage carries the real FF output (`Stage.ff_real`)."""
+    layer, plan = at.layer, at.layer.plan
     linearised = None
     if recorded is not None:
 
         def linearise(total):
-            return linearise_ff(total, layer, ig_steps)
+            return linearise_ff(total, layer, at.ig_steps)
 
-        linearised = per_token(recorded, "ff", parts, bias, linearise)
-    offset = q0 if carried is None else -carried.first
+        linearised = recorded.get("ff", read.parts, read.bias, linearise)
     ff_parts, ff_bias, ff_real = feed_forward_parts(
-        parts, bias, layer, ig_steps, factors, offset, linearised
+        read.parts, read.bias, layer, at.ig_steps, read.factors, offset, linearised
     )
-    del factors, alpha
+    del read
     ff_parts, ff_bias = _normed(ff_parts, ff_bias, plan.ff_out_norm, recorded, "post_ff")
-    if completeness is not None:
-        completeness["ff_real"] = through(plan.ff_out_norm, ff_real)
-    del parts
-    yield Stage("AttnResLnFf", ff_parts, ff_bias, offset=q0)
-    parts = ff_parts.add_(residual_parts)
-    del residual_parts
-    bias = ff_bias + residual_bias
-    yield Stage("AttnResLnFfRes", parts, bias, offset=q0)
-    closing = closing_ln if plan.ends_on_stream else plan.output_norm
+    ff_real = through(plan.ff_out_norm, ff_real)
+    yield Stage("AttnResLnFf", ff_parts, ff_bias, offset=residual.offset, ff_real=ff_real)
+    parts = ff_parts.add_(residual.parts)
+    bias = ff_bias + residual.bias
+    offset = residual.offset
+    del residual
+    yield Stage("AttnResLnFfRes", parts, bias, offset=offset)
+    closing = at.closing_ln if plan.ends_on_stream else plan.output_norm
     parts, bias = _normed(parts, bias, closing, recorded, "closing")
-    yield Stage("AttnResLnFfResLn", parts, bias, offset=q0)
+    yield Stage("AttnResLnFfResLn", parts, bias, offset=offset)
 
 
 def closing_layer_norm(layers: list[CanonicalLayer], final_ln, index: int):

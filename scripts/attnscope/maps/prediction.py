@@ -33,7 +33,7 @@ from attnscope.core.checks import ResidualLog
 from attnscope.core.lm_head import head_logits
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import contrast_ids
-from attnscope.maps.layer_decomposition import layer_norm_parts, per_token
+from attnscope.maps.layer_decomposition import TokenFactors, layer_norm_parts, per_token
 from attnscope.maps.propagation import Chunk
 
 BIAS_SOURCE = -1  # the `source` of the bias rows in prediction.tsv
@@ -56,7 +56,7 @@ def prediction_positions(
     return [(row, int(np.flatnonzero(t)[-1])) for row, t in enumerate(text) if t.any()]
 
 
-def _normed(parts, bias, ln: CanonicalLayerNorm | None, recorded: dict | None, key: str):
+def _normed(parts, bias, ln: CanonicalLayerNorm | None, recorded: TokenFactors | None, key: str):
     """[P, m, d], [P, d] through a norm (scale from their sum, or recorded under `key`), or
     unchanged."""
     if ln is None:
@@ -73,14 +73,14 @@ def logit_attribution(
     head: PredictionHead,
     columns: torch.Tensor,
     ig_steps: int = 0,
-    recorded: dict | None = None,
+    recorded: TokenFactors | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Split the logits of `columns` [P, k] (token ids) at P positions by source.
 
     parts [P, m, d], bias [P, d]: the last residual state's split at those positions.
     Returns (contributions [P, k, m], bias share [P, k]); their sum over m plus the bias
     share is the logit. `recorded`: the per-position factors (norm scales, the transform's
-    IG coefficients, the soft-cap's factor), as `layer_stages`' `recorded`: filled from a
+    IG coefficients, the soft-cap's factor), as `carried_stages`' `recorded`: filled from a
     split that sums to the state, used for one of only some sources (`LogitSplit`).
     """
     dtype = parts.dtype  # the head's weights are taken to it (the k columns of W_U alone)
@@ -111,24 +111,18 @@ def logit_attribution(
 
 
 def prediction_rows(
-    sequences: list[int],
-    positions: list[int],
-    input_ids: list[np.ndarray],
-    columns: np.ndarray,
-    contributions: np.ndarray,
-    bias_share: np.ndarray,
-    logits: np.ndarray,
-    token_of,
-    kind: str,
+    found: Attribution, sequences: list[int], input_ids: list[np.ndarray], token_of
 ) -> pd.DataFrame:
-    """Rows of prediction.tsv for P positions: one per visible source token and one for the
-    bias (`source` -1). `position` and `token` name the piece the prediction is made at;
-    `predicts` (`kind`) says what it predicts there: "masked" (the piece behind that [MASK])
-    or "next" (the piece after that one, a causal LM's next word). columns [P, k] (predicted,
-    then target and foil when a contrast is set), contributions [P, k, m], bias_share [P, k],
-    logits [P, k] the model's own."""
+    """Rows of prediction.tsv for the P positions of `found`: one per visible source token
+    and one for the bias (`source` -1). `sequences` [P]: the sequence of each position in the
+    corpus; `input_ids` [P]: its visible pieces. `position` and `token` name the piece the
+    prediction is made at; `predicts` (`found.kind`) says what it predicts there: "masked"
+    (the piece behind that [MASK]) or "next" (the piece after that one, a causal LM's next
+    word); `predicted` the first column (then target and foil when a contrast is set)."""
     frames = []
-    located = zip(sequences, positions, input_ids, strict=True)
+    located = zip(sequences, found.positions, input_ids, strict=True)
+    columns, contributions, logits = found.columns, found.contributions, found.logits
+    bias = found.bias
     for p, (sequence, position, ids) in enumerate(located):
         sources = np.arange(len(ids))
         frame = pd.DataFrame(
@@ -136,20 +130,18 @@ def prediction_rows(
                 "sequence": sequence,
                 "position": position,
                 "token": token_of(int(ids[position])),
-                "predicts": kind,
+                "predicts": found.kind,
                 "predicted": token_of(int(columns[p, 0])),
                 "logit": logits[p, 0],
                 "source": np.append(sources, BIAS_SOURCE),
                 "source_token": [*map(token_of, ids.tolist()), "<bias>"],
-                "contribution": np.append(contributions[p, 0, : len(ids)], bias_share[p, 0]),
+                "contribution": np.append(contributions[p, 0, : len(ids)], bias[p, 0]),
             }
         )
         if columns.shape[1] == 3:  # target - foil
             difference = contributions[p, 1, : len(ids)] - contributions[p, 2, : len(ids)]
             frame["contrast_logit"] = logits[p, 1] - logits[p, 2]
-            frame["contrast_contribution"] = np.append(
-                difference, bias_share[p, 1] - bias_share[p, 2]
-            )
+            frame["contrast_contribution"] = np.append(difference, bias[p, 1] - bias[p, 2])
         frames.append(frame)
     return pd.concat(frames, ignore_index=True)
 
@@ -270,7 +262,7 @@ class LogitSplit:
         self.where = prediction_positions(
             batch.input_ids, mask, batch.word_ids, prediction.mask_token_id
         )
-        self.recorded: dict | None = None
+        self.recorded: TokenFactors | None = None
 
     def _start(self, total: torch.Tensor) -> None:
         """The reference logits, the columns and the recorded factors, from X_L [B, n, d]."""
@@ -283,7 +275,7 @@ class LogitSplit:
             pair = torch.tensor(self.prediction.contrast, device=logits.device)
             columns = torch.cat([columns, pair.expand(len(self.where), 2)], dim=1)
         self.columns, self.real, self.spread = columns, logits.gather(1, columns), logits.std(-1)
-        self.recorded = {}
+        self.recorded = TokenFactors()
         whole = total[self.rows, self.positions]
         self._attribution(whole[:, None], torch.zeros_like(whole))
         self.contributions = whole.new_zeros(*columns.shape, total.shape[1])
@@ -302,8 +294,9 @@ class LogitSplit:
         )
 
     def add(self, chunk: Chunk) -> None:
-        """One chunk of the last state's split (`chunk.total` the whole X_L)."""
-        if not self.where:
+        """One chunk of the last state's split (`chunk.total` the whole X_L); the chunks of
+        the other layers are passed over."""
+        if not self.where or chunk.layer != self.weights.n_layers:
             return
         if self.recorded is None:
             self._start(chunk.total)
@@ -342,13 +335,8 @@ def prediction_frame(batch, found: Attribution, token_of) -> pd.DataFrame:
     """prediction.tsv rows of one batch's `LogitSplit.result`."""
     lengths = batch.mask.sum(1).cpu().numpy()
     return prediction_rows(
+        found,
         [batch.start + r for r in found.rows],
-        found.positions,
         [batch.input_ids[r, : lengths[r]] for r in found.rows],
-        found.columns,
-        found.contributions,
-        found.bias,
-        found.logits,
         token_of,
-        found.kind,
     )

@@ -1,6 +1,6 @@
 """The whole-layer decomposition carried from the input tokens through every layer.
 
-The per-layer stages (`layer_decomposition.layer_stages`) split a layer's output by the tokens
+The per-layer stages (`layer_decomposition.factored_stages`) split a layer's output by the tokens
 of its own input X_l. Here the split is carried instead (as DecompX, Modarressi et al. 2023,
 does for BERT): the embedding output starts split by input token, and every stage of every
 layer is applied to the carried parts, so the state after layer l is
@@ -24,7 +24,7 @@ own rounding leaves, and the bound means the same at every depth.
 Memory: in chunks of input tokens. Every stage is linear in the parts once each token's norm
 scales and FF coefficients are fixed, and those depend on the token's whole state only. So
 the state is carried twice per layer: whole, as one source (the state itself: it records
-those per-token quantities, `layer_stages`' `recorded`, and gives the next whole state, the
+those per-token quantities, `carried_stages`' `recorded`, and gives the next whole state, the
 same float64 arithmetic as the sum of the parts), then split, the parts of a chunk of c input
 tokens p[:, :, j0:j1] [B, n, c, d], with the recorded quantities. Each chunk goes through the
 whole depth on its own; the first chunk carries the bias (the others' stage biases repeat the
@@ -43,20 +43,24 @@ gated one); the whole state's pass and the attention weights are recomputed per 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
 
 from attnscope.architectures import ModelLayer
 from attnscope.core.canonical import CanonicalModel, cast
+from attnscope.core.checks import ResidualLog
 from attnscope.maps.layer_decomposition import (
     MEMORY_BUDGET_MB,
     STAGE_COPIES,
     VECTOR_SCOPES,
     Carried,
+    LayerInput,
+    Stage,
+    TokenFactors,
+    carried_stages,
     closing_layer_norm,
-    layer_stages,
     query_chunk,
     reference_outputs,
     stream_scope,
@@ -107,11 +111,12 @@ class Chunk:
 
 @dataclass
 class LayerSplit:
-    """The state after one layer split by input token, assembled over the chunks. norms
-    [B, n, n]: ||p_{i<-j}|| (float64 on the CPU; invisible pairs are 0 up to rounding, not
-    masked); total [B, n, d]: sum_j p_{i<-j} + bias_i, the state the split rebuilds; others
-    [B, n, d]: sum_{j != i} p_{i<-j}; bias [B, n, d]."""
+    """The state after layer `layer` (1-based) split by input token, assembled over the
+    chunks. norms [B, n, n]: ||p_{i<-j}|| (float64 on the CPU; invisible pairs are 0 up to
+    rounding, not masked); total [B, n, d]: sum_j p_{i<-j} + bias_i, the state the split
+    rebuilds; others [B, n, d]: sum_{j != i} p_{i<-j}; bias [B, n, d]."""
 
+    layer: int
     norms: torch.Tensor
     total: torch.Tensor
     others: torch.Tensor
@@ -129,21 +134,42 @@ class LayerSplit:
         return torch.where(total > 0, bias / total.clamp_min(1e-30), torch.zeros_like(total))
 
 
+@dataclass(frozen=True)
+class StageCheck:
+    """One stage of layer `layer` (1-based) rebuilt by the split, summed over the chunks
+    (`got` [B, n, d]), and the real output it rebuilds (`want` [B, n, d])."""
+
+    layer: int
+    stage: str
+    got: torch.Tensor
+    want: torch.Tensor
+
+    def record(self, residuals: ResidualLog, mask: torch.Tensor, prefix: str = "") -> None:
+        """Add the check to `residuals` (which raises above its bound), its stage named
+        `prefix` + stage."""
+        residuals.add(self.layer, prefix + self.stage, self.got, self.want, mask)
+
+
 class _Assembly:
     """One layer's sums over the chunks: each stage's total (first chunk: parts and bias;
-    the others: parts), the others' sum, the norms and the bias."""
+    the others: parts), the others' sum, the norms, the bias and the real FF output."""
 
     def __init__(self, B: int, n: int, like: torch.Tensor):
         self.sums: dict[str, torch.Tensor] = {}
         self.norms = torch.zeros(B, n, n, dtype=CARRY_DTYPE)
         self.others = torch.zeros_like(like)
         self.bias: torch.Tensor | None = None
+        self.ff_real: torch.Tensor | None = None
 
-    def add_stage(self, scope: str, value: torch.Tensor) -> None:
-        if scope in self.sums:
-            self.sums[scope] += value
+    def add_stage(self, stage: Stage, first: bool) -> None:
+        """A chunk's stage: its total in the first chunk, its parts' sum in the others."""
+        value = stage.total() if first else stage.parts.sum(2)
+        if stage.scope in self.sums:
+            self.sums[stage.scope] += value
         else:
-            self.sums[scope] = value
+            self.sums[stage.scope] = value
+        if stage.ff_real is not None:  # the whole state's, recorded: the same in every chunk
+            self.ff_real = stage.ff_real
 
     def add_state(self, chunk: Chunk) -> None:
         parts, (j0, j1) = chunk.split.parts, (chunk.sources.start, chunk.sources.stop)
@@ -154,29 +180,32 @@ class _Assembly:
         if chunk.carries_bias:
             self.bias = chunk.split.bias
 
+    def split(self, layer: int, scope: str) -> LayerSplit:
+        """The layer's assembled split (`scope`: the stage that is the state)."""
+        return LayerSplit(layer, self.norms, self.sums[scope], self.others, self.bias)
+
+
+Event = StageCheck | LayerSplit | Chunk  # what `propagate` yields
+
 
 def propagate(
     model,
     weights: CanonicalModel,
     state: Callable[[int], torch.Tensor | None],
     mask: torch.Tensor,
-    ig_steps: int,
-    check: Callable[[int, str, torch.Tensor, torch.Tensor], None],
-    on_layer: Callable[[int, LayerSplit], None] | None = None,
-    on_chunk: Callable[[Chunk], None] | None = None,
+    ig_steps: int = 0,
     memory_budget_mb: float = MEMORY_BUDGET_MB,
-) -> None:
+) -> Iterator[Event]:
     """Carry the token split of one batch through every layer, in chunks of input tokens
-    (module docstring's Memory) that fit in `memory_budget_mb` MiB.
+    (module docstring's Memory) that fit in `memory_budget_mb` MiB, and yield its events.
 
     `state(l)`: the stored hidden state X_l [B, n, d] (l = 0 .. L), or None where the store is
-    not exact (16-bit): the layer then reads the whole state carried alongside. `check(layer,
-    stage, got, want)` receives every stage's rebuilt output (summed over the chunks) and the
-    real one (1-based layer; the attention from the module itself, the last stage the stored
-    next state when exact; also `FfCompleteness`). `on_chunk(chunk)` sees each chunk's state
-    split after each layer (its tensors are carried on: a change to them is carried too);
-    `on_layer(l, split)` (1-based) each layer's assembled split, in layer order, once the last
-    chunk is through that layer.
+    not exact (16-bit): the layer then reads the whole state carried alongside. Yields, per
+    chunk and layer, the `Chunk` of that layer's state split (its tensors are carried on: a
+    change to them is carried too); once the last chunk is through a layer, that layer's
+    `StageCheck`s (every stage's rebuilt output summed over the chunks against the real one:
+    the attention from the module itself, the last stage the stored next state when exact;
+    also `FfCompleteness`), then its assembled `LayerSplit`, in layer order.
     """
     X0 = state(0)
     B, n, d = X0.shape
@@ -184,75 +213,61 @@ def propagate(
     pending: list[_Assembly | None] = [None] * weights.n_layers
     for j0 in range(0, n, width):
         sources = slice(j0, min(n, j0 + width))
-        last = sources.stop == n
         whole = X0.to(CARRY_DTYPE)
         carried = token_split(whole, sources)
         for index in range(weights.n_layers):
             handle = ModelLayer(model, weights, index)
-            layer = handle.weights
             X = state(index)
             X = whole.to(X0.dtype) if X is None else X
-            X64 = X.to(CARRY_DTYPE)
             closing = closing_layer_norm(weights.outline, weights.final_ln, index)
-            layer64, closing64 = cast(layer, CARRY_DTYPE), cast(closing, CARRY_DTYPE)
-            wanted = stream_scope(layer.plan)
-            memo: dict = {}
-            recorded: dict = {}
-            one_source = Carried(whole[:, :, None], torch.zeros_like(whole))
-            for stage in layer_stages(
-                X64,
+            at = LayerInput(
+                X.to(CARRY_DTYPE),
                 mask,
-                layer64,
-                closing64,
+                cast(handle.weights, CARRY_DTYPE),
+                cast(closing, CARRY_DTYPE),
                 ig_steps,
-                None,
-                one_source,
-                memo=memo,
-                recorded=recorded,
-            ):
-                if stage.scope == wanted:
-                    following_whole = stage.total()
-            assembly = pending[index] or _Assembly(B, n, whole)
-            extra: dict = {}
-            stages = layer_stages(
-                X64,
-                mask,
-                layer64,
-                closing64,
-                ig_steps,
-                extra,
-                carried,
-                memo=memo,
-                recorded=recorded,
             )
-            for stage in stages:
-                first = sources.start == 0
-                assembly.add_stage(stage.scope, stage.total() if first else stage.parts.sum(2))
-                if stage.scope == wanted:  # later stages make new tensors: no copy needed
-                    bias = stage.bias if first else torch.zeros_like(stage.bias)
-                    following = Carried(stage.parts, bias, sources.start)
-            del stages
-            whole, carried = following_whole, following
+            assembly = pending[index] or _Assembly(B, n, whole)
+            whole, carried = _carry_layer(at, whole, carried, assembly)
             chunk = Chunk(index + 1, carried, sources, whole)
-            if on_chunk is not None:
-                on_chunk(chunk)
+            yield chunk
             assembly.add_state(chunk)
+            last = sources.stop == n
             pending[index] = None if last else assembly
             if last:
-                _finish(handle, closing, X, state, mask, assembly, extra, check)
-                if on_layer is not None:
-                    split = LayerSplit(
-                        assembly.norms, assembly.sums[wanted], assembly.others, assembly.bias
-                    )
-                    on_layer(index + 1, split)
+                yield from _checks(handle, closing, X, state(index + 1), mask, assembly)
+                yield assembly.split(index + 1, stream_scope(handle.weights.plan))
 
 
-def _finish(handle, closing, X, state, mask, assembly, extra, check) -> None:
-    """Check every stage's sum over the chunks of layer `handle.index` against the module."""
-    index = handle.index
+def _carry_layer(
+    at: LayerInput, whole: torch.Tensor, carried: Carried, assembly: _Assembly
+) -> tuple[torch.Tensor, Carried]:
+    """One chunk through one layer: the whole state [B, n, d] as one source (which records
+    the per-token quantities and gives the next whole state), then the chunk's split with
+    them, each stage added to `assembly`. Returns (the next whole state, the chunk's next
+    split; its bias 0 unless the chunk starts at token 0)."""
+    wanted = stream_scope(at.layer.plan)
+    recorded = TokenFactors()
+    one_source = Carried(whole[:, :, None], torch.zeros_like(whole))
+    for stage in carried_stages(at, one_source, recorded):
+        if stage.scope == wanted:
+            following_whole = stage.total()
+    first = carried.first == 0
+    for stage in carried_stages(at, carried, recorded):
+        assembly.add_stage(stage, first)
+        if stage.scope == wanted:  # later stages make new tensors: no copy needed
+            bias = stage.bias if first else torch.zeros_like(stage.bias)
+            following = Carried(stage.parts, bias, carried.first)
+    return following_whole, following
+
+
+def _checks(handle, closing, X, X_next, mask, assembly: _Assembly) -> Iterator[StageCheck]:
+    """Every stage's sum over the chunks of layer `handle.index` against the module (and the
+    FF's completeness against its real output); X_next: the stored next state or None."""
+    layer = handle.index + 1
     y = handle.attention_output(X, mask)
-    reference = reference_outputs(X, y, handle.weights, closing, state(index + 1))
+    reference = reference_outputs(X, y, handle.weights, closing, X_next)
     for scope in VECTOR_SCOPES:
-        check(index + 1, scope, assembly.sums[scope], reference[scope])
+        yield StageCheck(layer, scope, assembly.sums[scope], reference[scope])
         if scope == "AttnResLnFf":
-            check(index + 1, COMPLETENESS, assembly.sums[scope], extra["ff_real"])
+            yield StageCheck(layer, COMPLETENESS, assembly.sums[scope], assembly.ff_real)

@@ -1,6 +1,6 @@
 """One streaming pass of the mixing analysis over a store (Kobayashi et al. 2021, 2024).
 
-Per layer and batch: the layer's stages decomposed (`layer_decomposition.layer_stages`), each
+Per layer and batch: the layer's stages decomposed (`layer_decomposition.factored_stages`), each
 stage checked against the real module output, its norm map ||z_ij|| written to
 `maps.h5` `{scope}/{layer}`, and the statistics fed with the batch's maps. At most one batch of
 one layer's decomposition is in memory, one query chunk of it at a time (`memory_budget_mb`).
@@ -27,7 +27,7 @@ from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
 from attnscope.maps.layer_decomposition import SCOPES, WEIGHT_SCOPES
-from attnscope.maps.layer_maps import layer_scope_maps
+from attnscope.maps.layer_maps import LayerBatch, layer_scope_maps
 
 
 @dataclass
@@ -94,10 +94,7 @@ def corpus_pass(
                 batch_maps = layer_scope_maps(
                     model,
                     weights,
-                    l,
-                    X,
-                    mask,
-                    X_next,
+                    LayerBatch(l, X, mask, X_next),
                     ig_steps,
                     residuals,
                     add_ratio,

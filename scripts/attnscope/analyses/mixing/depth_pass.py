@@ -27,7 +27,7 @@ from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
 from attnscope.core.tables import not_applicable
 from attnscope.maps.prediction import LogitSplit, Prediction, prediction_frame
-from attnscope.maps.propagation import propagate
+from attnscope.maps.propagation import LayerSplit, StageCheck, propagate
 from attnscope.maps.storage import MapDataset
 
 MEASURES = ("mixing_ratio", "bias_share")
@@ -58,81 +58,91 @@ def depth_pass(
     working memory of one chunk of input tokens carried through the depth
     (`propagation.propagate`); `settings.propagated_top_k` k > 0: `{layer}` keeps each row's k
     largest entries (`maps.storage`)."""
-    N, L, n_layers = store.n_sequences, store.length, weights.n_layers
-    batch_size, device, ig_steps = settings.batch_size, settings.device, settings.ig_steps
-    rollout_scopes, memory_budget_mb = tuple(settings.rollout_scopes), settings.memory_budget_mb
-    maps_dtype, maps_top_k = settings.maps_dtype, settings.propagated_top_k
-    propagated.attrs["layers"] = "1-based"
-    propagated.attrs["description"] = (
-        "{layer} [seq, token i, input token j]: ||p_{l, i<-j}||, the part of input token j in "
-        "the residual stream state after layer l; bias_norm [seq, layer, token]: ||bias_{l, i}||"
-    )
-    propagated.attrs["ig_steps"] = ig_steps
-    propagated.attrs["causal"] = bool(weights.causal)
-    datasets = [
-        MapDataset(propagated, f"{l}", N, L, maps_dtype, maps_top_k) for l in range(1, n_layers + 1)
-    ]
-    bias_norm = propagated.create_dataset("bias_norm", (N, n_layers, L), dtype="float32")
-    stored_exact = store.exact
-    measures = MixingRatios(MEASURES, n_layers)
-    rsa = RolloutRSA(tuple(rollout_scopes), n_layers)
+    device, ig_steps = settings.device, settings.ig_steps
+    outputs = _LayerOutputs(store, weights, propagated, layer_maps, settings)
     residuals = ResidualLog(settings.depth_rel_residual, log, "propagation")
     predictions = []
-    for batch in store.batches(0, batch_size, device):
+    for batch in store.batches(0, settings.batch_size, device):
         mask, n = batch.mask, batch.X.shape[1]
-        pairs = visible_pairs(mask, weights.causal)  # through the depth: no window
-        rollouts: dict[str, torch.Tensor | None] = dict.fromkeys(rollout_scopes)
 
         def state(l, batch=batch, n=n):
             if l == 0:
                 return batch.X
-            if not stored_exact:
+            if not store.exact:
                 return None
             return torch.from_numpy(store.hidden(l, batch.start, batch.stop)[:, :n]).to(device)
 
-        def on_layer(l, split, batch=batch, n=n, mask=mask, pairs=pairs, rollouts=rollouts):
-            norms = split.norms * pairs.cpu()
-            datasets[l - 1].write(batch.start, norms)
-            bias_norm[batch.start : batch.stop, l - 1, :n] = (
-                (split.bias.norm(dim=-1) * mask).cpu().numpy()
-            )
-            ratio = mixing_ratio_of(split.others.norm(dim=-1), split.own_norm())
-            measures.add("mixing_ratio", l - 1, ratio, mask)
-            measures.add("bias_share", l - 1, split.bias_share(), mask)
-            for scope in rollout_scopes:
-                layer_map = layer_maps[f"{scope}/{l}"][batch.start : batch.stop, :n, :n]
-                rollouts[scope] = rollout_step(rollouts[scope], torch.from_numpy(layer_map))
-            rsa.add(l - 1, norms, rollouts, pairs.cpu())
-
+        outputs.start(batch)
         logits = LogitSplit(weights, store, batch, prediction, ig_steps)
-
-        def on_chunk(chunk, logits=logits):
-            if prediction.head is not None and chunk.layer == n_layers:
-                logits.add(chunk)
-
+        events = propagate(model, weights, state, mask, ig_steps, settings.memory_budget_mb)
         with torch.no_grad():
-            propagate(
-                model,
-                weights,
-                state,
-                mask,
-                ig_steps,
-                lambda l, stage, got, want, mask=mask: residuals.add(l, stage, got, want, mask),
-                on_layer,
-                on_chunk,
-                memory_budget_mb,
-            )
+            for event in events:
+                if isinstance(event, StageCheck):
+                    event.record(residuals, mask)
+                elif isinstance(event, LayerSplit):
+                    outputs.add(event)
+                elif prediction.head is not None:
+                    logits.add(event)
             found = logits.result(residuals) if prediction.head is not None else None
             if found is not None:
                 predictions.append(prediction_frame(batch, found, prediction.token_of))
         if log:
             log.info("sequences %d-%d done", batch.start + 1, batch.stop)
     return PropagationResult(
-        measures.table().rename(columns={"scope": "measure"}),
-        rsa.table(),
+        outputs.measures.table().rename(columns={"scope": "measure"}),
+        outputs.rsa.table(),
         prediction_table(prediction, predictions),
         residuals.table(),
     )
+
+
+class _LayerOutputs:
+    """What each layer's assembled split of a batch gives: its map `{layer}` and bias norms
+    written, its mixing ratio and bias share accumulated, and each rollout of the per-layer
+    maps (read from `layer_maps`, the mixing family's maps.h5) compared with it."""
+
+    def __init__(self, store, weights, propagated, layer_maps, settings: MixingSettings):
+        N, L, n_layers = store.n_sequences, store.length, weights.n_layers
+        propagated.attrs["layers"] = "1-based"
+        propagated.attrs["description"] = (
+            "{layer} [seq, token i, input token j]: ||p_{l, i<-j}||, the part of input token j "
+            "in the residual stream state after layer l; bias_norm [seq, layer, token]: "
+            "||bias_{l, i}||"
+        )
+        propagated.attrs["ig_steps"] = settings.ig_steps
+        propagated.attrs["causal"] = bool(weights.causal)
+        dtype, top_k = settings.maps_dtype, settings.propagated_top_k
+        self.datasets = [
+            MapDataset(propagated, f"{l}", N, L, dtype, top_k) for l in range(1, n_layers + 1)
+        ]
+        self.bias_norm = propagated.create_dataset("bias_norm", (N, n_layers, L), dtype="float32")
+        self.layer_maps, self.causal = layer_maps, weights.causal
+        self.rollout_scopes = tuple(settings.rollout_scopes)
+        self.measures = MixingRatios(MEASURES, n_layers)
+        self.rsa = RolloutRSA(self.rollout_scopes, n_layers)
+
+    def start(self, batch) -> None:
+        """A new batch: its visible pairs (through the depth: no window), no rollout yet."""
+        self.batch = batch
+        self.pairs = visible_pairs(batch.mask, self.causal)
+        self.rollouts: dict[str, torch.Tensor | None] = dict.fromkeys(self.rollout_scopes)
+
+    def add(self, split: LayerSplit) -> None:
+        """One layer's split of the batch (`start`ed)."""
+        batch, mask, l = self.batch, self.batch.mask, split.layer
+        n = batch.X.shape[1]
+        norms = split.norms * self.pairs.cpu()
+        self.datasets[l - 1].write(batch.start, norms)
+        self.bias_norm[batch.start : batch.stop, l - 1, :n] = (
+            (split.bias.norm(dim=-1) * mask).cpu().numpy()
+        )
+        ratio = mixing_ratio_of(split.others.norm(dim=-1), split.own_norm())
+        self.measures.add("mixing_ratio", l - 1, ratio, mask)
+        self.measures.add("bias_share", l - 1, split.bias_share(), mask)
+        for scope in self.rollout_scopes:
+            layer_map = self.layer_maps[f"{scope}/{l}"][batch.start : batch.stop, :n, :n]
+            self.rollouts[scope] = rollout_step(self.rollouts[scope], torch.from_numpy(layer_map))
+        self.rsa.add(l - 1, norms, self.rollouts, self.pairs.cpu())
 
 
 def prediction_table(prediction: Prediction, frames: list[pd.DataFrame]) -> pd.DataFrame:

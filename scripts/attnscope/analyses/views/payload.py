@@ -60,9 +60,9 @@ from attnscope.maps import storage
 from attnscope.maps.attend import BIAS, embedding_split, layer_split, qk_split
 from attnscope.maps.head_norms import head_summed_norms
 from attnscope.maps.layer_decomposition import VECTOR_SCOPES
-from attnscope.maps.layer_maps import layer_scope_maps
+from attnscope.maps.layer_maps import LayerBatch, layer_scope_maps
 from attnscope.maps.prediction import LogitSplit, Prediction
-from attnscope.maps.propagation import propagate
+from attnscope.maps.propagation import LayerSplit, StageCheck, propagate
 from attnscope.maps.scopes import PROPAGATED
 
 WHY_KEYS, WHY_PAIRS = 1, 3  # keys per query row, component pairs per (query, key)
@@ -181,7 +181,8 @@ def sequence_page(
                 if exact:
                     X_next = torch.from_numpy(store.hidden(l + 1, index, index + 1)[:, :n])
                     X_next = X_next.to(device)
-                maps = layer_scope_maps(model, weights, l, X, mask, X_next, ig_steps, residuals)
+                at = LayerBatch(l, X, mask, X_next)
+                maps = layer_scope_maps(model, weights, at, ig_steps, residuals)
             else:
                 maps = {"Attn": head_summed_norms(alpha, fx)}
         page.arrays[f"q/{l + 1}"] = q[0].cpu().numpy().astype(np.float16)
@@ -279,27 +280,17 @@ def add_propagated(page, store, index, weights, model, settings, residuals, logi
             return None
         return torch.from_numpy(store.hidden(l, index, index + 1)[:, :n]).to(device)
 
-    def keep(l, split):
-        pairs = visible_pairs(mask, weights.causal).cpu()
-        keys, values = top_k_rows((split.norms * pairs)[0], top_k)
-        page.arrays[f"{PROPAGATED}/{l}/key"] = keys
-        page.arrays[f"{PROPAGATED}/{l}/value"] = values
-
-    def last(chunk):
-        if logits is not None and chunk.layer == weights.n_layers:
-            logits.add(chunk)
-
+    pairs = visible_pairs(mask, weights.causal).cpu()
     with torch.no_grad():
-        propagate(
-            model,
-            weights,
-            state,
-            mask,
-            ig_steps,
-            lambda l, stage, got, want: residuals.add(l, f"{PROPAGATED} {stage}", got, want, mask),
-            keep,
-            last,
-        )
+        for event in propagate(model, weights, state, mask, ig_steps):
+            if isinstance(event, StageCheck):
+                event.record(residuals, mask, f"{PROPAGATED} ")
+            elif isinstance(event, LayerSplit):
+                keys, values = top_k_rows((event.norms * pairs)[0], top_k)
+                page.arrays[f"{PROPAGATED}/{event.layer}/key"] = keys
+                page.arrays[f"{PROPAGATED}/{event.layer}/value"] = values
+            elif logits is not None:
+                logits.add(event)
 
 
 def add_prediction(
