@@ -18,7 +18,7 @@ with (
     atomic_h5(output.propagated, chunk_cache=False) as propagated,
 ):
     result = depth_pass(
-        store, loaded.weights, loaded.model, propagated, layer_maps, prediction, settings, log
+        store, loaded.weights, loaded.module, propagated, layer_maps, prediction, settings, log
     )
 job.write_table(result.mixing, output.propagated_mixing)
 job.write_table(result.rollout, output.rollout)

@@ -9,12 +9,8 @@ import pytest
 from attnscope.architectures import UnsupportedModelError
 from attnscope.core.files import sha256_of
 from attnscope.data.datasets import DATA_FILES, ChecksumError, acquire
-from attnscope.pipeline.models import (
-    ModelChangedError,
-    ModelNotFoundError,
-    build_manifest,
-    open_model,
-)
+from attnscope.model.loaded import open_model
+from attnscope.model.sources import ModelChangedError, ModelNotFoundError, build_manifest
 from conftest import SPECIAL_VOCAB, tiny_model, write_tiny_model_run, write_tiny_store
 
 MIRROR = Path(os.environ.get("ATTNSCOPE_MIRROR", Path(__file__).parents[2] / "shared" / "data"))
@@ -134,7 +130,7 @@ def test_jobs_refuse_model_files_changed_after_acquisition(tmp_path):
 def test_jobs_refuse_states_made_with_other_weights(tmp_path):
     """hidden_states.h5 carries the hash of the weights it was made with; a manifest of other
     weights is refused with the rule to rerun."""
-    from attnscope.pipeline.models import check_store_weights, read_manifest
+    from attnscope.model.sources import check_store_weights, read_manifest
 
     store, _, path = write_tiny_model_run(tmp_path, "bert")
     manifest = read_manifest(path)
@@ -207,8 +203,8 @@ def test_a_model_folder_without_weights_is_refused_before_any_job(tmp_path):
     """Issue 35, item 21: config.json and a tokenizer but no weights: the checks before any
     job name the folder and what it lacks (not the layer-streamed route's hint). A GGUF file
     beside config.json is not a weight file of the folder."""
+    from attnscope.model.sources import require_weights
     from attnscope.pipeline.config_checks import check_models
-    from attnscope.pipeline.models import require_weights
 
     folder = tmp_path / "weightless"
     tiny_model("bert").save_pretrained(folder)

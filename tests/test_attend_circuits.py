@@ -18,7 +18,7 @@ from attnscope.architectures import canonical_weights
 from attnscope.core.checks import CheckError
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CLS, OTHER
-from attnscope.pipeline.extract import ExtractSettings, extract
+from attnscope.model.extract import ExtractSettings, extract
 from conftest import tiny_model, write_tiny_encoded
 
 BOUND = 1e-4

@@ -19,7 +19,7 @@ from attnscope.core.checks import CheckError
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CATEGORY_NAMES
 from attnscope.maps.attend import attend_split
-from attnscope.pipeline.extract import ExtractSettings, extract
+from attnscope.model.extract import ExtractSettings, extract
 from conftest import tiny_model, write_tiny_encoded, write_tiny_model_run, write_tiny_store
 
 SEQUENCES = 2
@@ -241,7 +241,8 @@ def test_the_streamed_route_gives_the_same_sums_reading_no_layer_after_the_last_
 ):
     """`loading: layer-streamed`: the sums of a `layers: [2]` store of a 4-layer Llama equal
     the whole model's, and each sequence reads layers 1 and 2 only."""
-    from attnscope.pipeline.models import manifest_attrs, open_model, read_manifest
+    from attnscope.model.loaded import open_model
+    from attnscope.model.sources import manifest_attrs, read_manifest
 
     _, model, manifest = write_tiny_model_run(tmp_path, "llama", layers=4)
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", "llama")
@@ -255,7 +256,7 @@ def test_the_streamed_route_gives_the_same_sums_reading_no_layer_after_the_last_
             found[loading] = corpus_pass(
                 store,
                 loaded.weights,
-                loaded.model,
+                loaded.module,
                 AttendSettings(sequences=2, max_rel_residual=1e-4),
             )[0]
     assert loaded.weights.layers.reads == 2 * 2  # 2 sequences x layers 1, 2

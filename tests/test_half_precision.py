@@ -14,8 +14,8 @@ from attnscope.analyses.norms.settings import NormsSettings
 from attnscope.architectures import canonical_weights
 from attnscope.core.checks import NonFiniteError
 from attnscope.core.store import HiddenStates, atomic_h5
-from attnscope.pipeline.extract import ExtractSettings, extract, extract_streamed
-from attnscope.pipeline.models import check_compute_dtype
+from attnscope.model.devices import check_compute_dtype
+from attnscope.model.extract import ExtractSettings, extract, extract_streamed
 from conftest import tiny_model, write_tiny_encoded
 
 # Largest |state - float32 state| relative to the state's largest value, over every layer of

@@ -238,9 +238,9 @@ def test_bottom_k_sample_keeps_smallest_keys():
 SAMPLE_PEAK = """
 import sys, torch
 from attnscope.core.streaming import BottomKSample
-from attnscope.pipeline import runlog
-runlog.keep_freed_memory()  # the allocator settings of a layer-streamed norms job
-runlog.release_freed_memory()
+from attnscope.model import allocator
+allocator.keep_freed_memory()  # the allocator settings of a layer-streamed norms job
+allocator.release_freed_memory()
 def peak():
     return int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) * 1024
 size, batches = int(sys.argv[1]), int(sys.argv[2])

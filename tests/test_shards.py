@@ -18,7 +18,7 @@ from attnscope.analyses.weights.statistics import accumulate_statistics
 from attnscope.architectures import canonical_weights
 from attnscope.core.store import HiddenStates, atomic_h5
 from attnscope.core.streaming import BottomKSample, merged
-from attnscope.pipeline.extract import ExtractSettings, extract
+from attnscope.model.extract import ExtractSettings, extract
 from attnscope.pipeline.shards import (
     ShardError,
     gather_maps,

@@ -14,8 +14,8 @@ from attnscope.architectures import StreamingUnavailableError, architecture, che
 from attnscope.core.layer_selection import LayerSelectionError, selected_layers, whole_model
 from attnscope.data.corpora import KINDS as CORPUS_KINDS
 from attnscope.data.corpora.characters import visible
-from attnscope.pipeline import gguf
-from attnscope.pipeline.models import (
+from attnscope.model import gguf
+from attnscope.model.sources import (
     local_gguf,
     local_model_config,
     local_model_folder,

@@ -26,7 +26,7 @@ import torch
 
 from attnscope.architectures import canonical_layer, canonical_weights, prediction_head
 from attnscope.core.canonical import CanonicalLayer, CanonicalModel, PredictionHead
-from attnscope.pipeline.layer_stream import LayerStream
+from attnscope.model.layer_stream import LayerStream
 
 KEEP = 1  # layers whose matrices are held: the one analysed
 
