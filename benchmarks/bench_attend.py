@@ -130,6 +130,7 @@ def child(family, model_folder: str, states: str, sequences: int, route, allocat
     from attnscope.architectures import canonical_weights
     from attnscope.core.store import HiddenStates
     from attnscope.model.allocator import keep_freed_memory, release_freed_memory
+    from attnscope.model.loaded import as_loaded
     from attnscope.model.streamed_weights import streamed_model
 
     if allocator == "job":  # as `runlog.start` and `loaded.open_model` set it
@@ -152,17 +153,17 @@ def child(family, model_folder: str, states: str, sequences: int, route, allocat
         if family in ("attend", "circuits"):
             settings = AttendSettings(sequences, max_rel_residual=BOUND, component_window=window)
             if family == "attend":
-                attend(store, weights, model, settings)
+                attend(store, as_loaded(model, weights), settings)
             else:
                 from attnscope.analyses.attend.groups import groups_table
 
-                sums, _ = attend(store, weights, model, settings, None, (0,))
+                sums, _ = attend(store, as_loaded(model, weights), settings, None, (0,))
                 groups_table(sums, BOUND)
         else:
             settings = NormsSettings(
                 4, spearman_sample_size=1000000, seed=0, max_rel_residual=BOUND
             )
-            norms(store, weights, model, maps, settings)
+            norms(store, as_loaded(model, weights), maps, settings)
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     peak = (peak_kib()[1] - before) / 1024
     print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_mib": peak}))

@@ -83,6 +83,7 @@ def worker(step: str, folder: str, encoded: str, states: str) -> dict:
     from attnscope.core.store import HiddenStates
     from attnscope.model import allocator
     from attnscope.model.extract import ExtractSettings, extract_streamed
+    from attnscope.model.loaded import as_loaded
     from attnscope.model.streamed_weights import streamed_model
 
     allocator.keep_freed_memory()  # runlog.start
@@ -100,9 +101,9 @@ def worker(step: str, folder: str, encoded: str, states: str) -> dict:
         with HiddenStates(states) as store, h5py.File(f"{states}-{step}.h5", "w") as maps:
             if step == "norms":
                 settings = NormsSettings(spearman_sample_size=1000000, seed=0, **common)
-                norms(store, weights, model, maps, settings)
+                norms(store, as_loaded(model, weights), maps, settings)
             else:
-                mixing(store, weights, model, maps, MixingSettings(ig_steps=0, **common))
+                mixing(store, as_loaded(model, weights), maps, MixingSettings(ig_steps=0, **common))
     seconds = time.perf_counter() - start
     largest = sampler.stop()
     end = status_kib()

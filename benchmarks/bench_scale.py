@@ -192,6 +192,7 @@ from attnscope.architectures import canonical_weights, prediction_head
 from attnscope.core.store import HiddenStates
 from attnscope.model import allocator
 from attnscope.model.extract import ExtractSettings, extract, extract_streamed
+from attnscope.model.loaded import as_loaded
 from attnscope.maps.prediction import Prediction, model_logits, stored_logits
 from attnscope.model.streamed_weights import streamed_head, streamed_model
 folder, encoded, states, step, route, device, compute = sys.argv[1:8]
@@ -227,14 +228,14 @@ else:
         chosen = None if layers == "all" else store.layers
         if step == "norms":
             settings = NormsSettings(spearman_sample_size=1000000, seed=0, **common)
-            norms(store, weights, model, maps, settings, layers=chosen)
+            norms(store, as_loaded(model, weights), maps, settings, layers=chosen)
         else:
             settings = MixingSettings(ig_steps=0, maps_dtype="float16", **common)
             if step == "mixing":
-                mixing(store, weights, model, maps, settings, layers=chosen)
+                mixing(store, as_loaded(model, weights), maps, settings, layers=chosen)
             else:
                 prediction = Prediction(head, None, None, str, reference)
-                depth_pass(store, weights, model, maps, maps, prediction, settings)
+                depth_pass(store, as_loaded(model, weights), maps, maps, prediction, settings)
 seconds = time.perf_counter() - start
 peak = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0])
 print(seconds, peak)

@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from attnscope.architectures import UnsupportedModelError
 from attnscope.core.files import sha256_of
@@ -223,3 +224,25 @@ def test_a_model_folder_without_weights_is_refused_before_any_job(tmp_path):
         build_manifest("w", config["models"]["w"])
     with pytest.raises(ModelNotFoundError, match=f"{folder} has no weight files"):
         require_weights("w", folder)
+
+
+def test_the_rules_and_the_notebooks_get_one_loaded_model_type(tmp_path):
+    """Issue 49, item 1: `open_model` (the rules' `Job.model()`) and `attnscope.load` return
+    the same type, and on the same folder the same weights, head kind, positions and pieces."""
+    import attnscope
+    from attnscope.api import Model
+    from attnscope.model.loaded import LoadedModel
+
+    _, _, path = write_tiny_model_run(tmp_path, "bert", head="mlm")
+    rules = open_model(path, with_head=True)
+    notebook = attnscope.load(tmp_path / "model")
+    assert type(rules) is type(notebook) is LoadedModel is Model
+    assert notebook.path == rules.path == (tmp_path / "model").resolve()
+    assert notebook.lm_head == rules.lm_head == "masked"
+    positions = tiny_model("bert").config.max_position_embeddings
+    assert notebook.max_positions == rules.max_positions == positions
+    for mine, theirs in zip(notebook.weights.layers, rules.weights.layers, strict=True):
+        assert torch.equal(mine.W_Q, theirs.W_Q) and torch.equal(mine.W_O, theirs.W_O)
+    ids = [2, 4, 3]  # [CLS] [MASK] [SEP]
+    assert notebook.tokens(ids) == rules.tokens(ids) and len(rules.tokens(ids)) == 3
+    assert open_model(path).lm_head is None  # no head asked for: none loaded

@@ -9,6 +9,7 @@ import pytest
 from attnscope.core.layer_selection import LayerSelectionError, selected_layers, stored_states
 from attnscope.core.store import HiddenStates, StateNotStoredError
 from attnscope.model.extract import ExtractSettings, extract, extract_streamed
+from attnscope.model.loaded import as_loaded
 from conftest import tiny_model, write_tiny_encoded
 
 HEADS = {"bert": "mlm", "llama": "causal"}
@@ -86,8 +87,7 @@ def test_a_subset_stores_rotary_bands_and_mixing_equal_the_full_stores(tmp_path)
             with atomic_h5(tmp_path / f"{name}-maps.h5") as maps:
                 mixing = corpus_pass(
                     store,
-                    weights,
-                    model,
+                    as_loaded(model, weights),
                     maps,
                     MixingSettings(
                         batch_size=2, ig_steps=0, max_rel_residual=1e-4, maps_dtype="float32"

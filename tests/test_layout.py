@@ -376,3 +376,25 @@ def test_the_import_graph_check_finds_a_cycle_and_an_arrow_back_up(tmp_path):
     assert graph["attnscope.pipeline.d"] == {"attnscope.model.b"}
     assert import_cycles(graph) == [["attnscope.core.a", "attnscope.model.b", "attnscope.model.c"]]
     assert back_arrows(graph) == ["attnscope.core.a -> attnscope.model.b"]
+
+
+def two_halves(root: Path) -> list[str]:
+    """ "<file>:<function>" of the functions under `root` that take a model as two halves, its
+    canonical `weights` and its `model` module, in place of the loaded model."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = node.args
+                names = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
+                if {"weights", "model"} <= names:
+                    found.append(f"{path.relative_to(root).as_posix()}:{node.name}")
+    return found
+
+
+def test_no_analysis_takes_the_model_as_two_halves(tmp_path):
+    """Issue 49, item 1: an analysis takes the loaded model (`model.loaded.LoadedModel`), not
+    `(weights, model)`."""
+    assert two_halves(Path(attnscope.__file__).parent / "analyses") == []
+    (tmp_path / "m.py").write_text("def f(store, weights, model, settings): pass\n")
+    assert two_halves(tmp_path) == ["m.py:f"]

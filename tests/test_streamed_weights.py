@@ -27,7 +27,7 @@ from attnscope.analyses.weights.statistics import attention_statistics
 from attnscope.architectures import ModelLayer, canonical_weights
 from attnscope.core.store import HiddenStates
 from attnscope.maps.prediction import model_logits, stored_logits
-from attnscope.model.loaded import open_model
+from attnscope.model.loaded import as_loaded, open_model
 from attnscope.model.streamed_weights import KEEP
 from conftest import CLASSIC, DECODERS, write_tiny_encoded, write_tiny_model_run
 
@@ -90,16 +90,14 @@ def run_analyses(store: Path, model, weights, out: Path) -> dict:
     with HiddenStates(store) as states, h5py.File(out / "norms.h5", "w") as maps:
         norms, norms_check = norms_corpus(
             states,
-            weights,
-            model,
+            as_loaded(model, weights),
             maps,
             NormsSettings(batch_size=3, spearman_sample_size=50, seed=0, max_rel_residual=1e-3),
         )
     with HiddenStates(store) as states, h5py.File(out / "mixing.h5", "w") as maps:
         mixing = mixing_corpus(
             states,
-            weights,
-            model,
+            as_loaded(model, weights),
             maps,
             MixingSettings(batch_size=3, ig_steps=0, max_rel_residual=1e-2, maps_dtype="float32"),
         )
@@ -213,8 +211,7 @@ def test_at_most_keep_layers_are_held(tmp_path):
     with HiddenStates(store) as states, h5py.File(tmp_path / "maps.h5", "w") as maps:
         mixing_corpus(
             states,
-            loaded.weights,
-            loaded.module,
+            loaded,
             maps,
             MixingSettings(batch_size=3, ig_steps=4, max_rel_residual=1e-2, maps_dtype="float32"),
         )
@@ -236,11 +233,13 @@ else:
     from attnscope.architectures import ModelLayer, canonical_weights, load_model
     model = load_model(sys.argv[1])
     weights = canonical_weights(model)
+from attnscope.model.loaded import as_loaded
+loaded = as_loaded(model, weights)
 with HiddenStates(sys.argv[2]) as store, h5py.File(sys.argv[3] + "-norms.h5", "w") as maps:
-    norms(store, weights, model, maps, NormsSettings(2, spearman_sample_size=50, seed=0,
-                                                     max_rel_residual=1e-3))
+    norms(store, loaded, maps, NormsSettings(2, spearman_sample_size=50, seed=0,
+                                             max_rel_residual=1e-3))
 with HiddenStates(sys.argv[2]) as store, h5py.File(sys.argv[3] + "-mixing.h5", "w") as maps:
-    mixing(store, weights, model, maps, MixingSettings(2, ig_steps=4, max_rel_residual=1e-2))
+    mixing(store, loaded, maps, MixingSettings(2, ig_steps=4, max_rel_residual=1e-2))
 print(int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]))
 """
 
@@ -307,9 +306,9 @@ def headed_run(tmp_path, family: str, loaded, name: str, batch_size: int = 3):
         h5py.File(tmp_path / "whole" / "mixing.h5", "r") as maps,
         atomic_h5(tmp_path / name / "propagated.h5") as out,
     ):
-        result = depth_pass(states, loaded.weights, loaded.module, out, maps, prediction, settings)
+        result = depth_pass(states, loaded, out, maps, prediction, settings)
         page = sequence_page(
-            states, 1, loaded.weights, loaded.module, Tokens(),
+            states, 1, loaded, Tokens(),
             ViewsSettings(scopes=True, ig_steps=0, top_k=5, max_rel_residual=1e-4),
             prediction=prediction,
         )  # fmt: skip
@@ -345,8 +344,7 @@ def test_propagation_and_views_on_the_streamed_model_equal_the_whole_models(tmp_
     with HiddenStates(store) as states, h5py.File(tmp_path / "whole" / "mixing.h5", "w") as maps:
         mixing_corpus(
             states,
-            whole.weights,
-            whole.module,
+            whole,
             maps,
             MixingSettings(batch_size=3, ig_steps=0, max_rel_residual=1e-4, maps_dtype="float32"),
         )
@@ -367,3 +365,31 @@ def test_propagation_and_views_on_the_streamed_model_equal_the_whole_models(tmp_
     assert "prediction/logit" in want_page.arrays
     for key, values in want_page.arrays.items():
         np.testing.assert_allclose(got_page.arrays[key], values, rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_a_layer_handle_loads_its_layer_explicitly():
+    """Issue 49, item 1: before running the module, a layer handle loads its layer by name
+    (`StreamedLayers.load`), with no read of `layers[index]` kept for its side effect."""
+    from types import SimpleNamespace
+
+    from attnscope.architectures import ModelLayer
+
+    class Layers(list):
+        def __init__(self):
+            super().__init__(["layer 0", "layer 1"])
+            self.calls = []
+
+        def __getitem__(self, index):
+            self.calls.append(("read", index))
+            return super().__getitem__(index)
+
+        def load(self, index):
+            self.calls.append(("load", index))
+
+    layers = Layers()
+    model = SimpleNamespace(config=SimpleNamespace(model_type="bert"))
+    handle = ModelLayer(model, SimpleNamespace(layers=layers), 1)
+    handle.architecture = SimpleNamespace(attention_output=lambda m, index, X, mask: (index, X))
+    layers.calls.clear()
+    assert handle.attention_output("X", None) == (1, "X")
+    assert layers.calls == [("load", 1)]

@@ -235,8 +235,7 @@ def view(
         page = sequence_page(
             store,
             0,
-            model.weights,
-            model.module,
+            model,
             model.tokenizer,
             ViewsSettings(
                 scopes=scopes,

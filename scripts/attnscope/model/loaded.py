@@ -55,6 +55,12 @@ class LoadedModel:
         return self.canonical
 
     @property
+    def outline(self) -> list:
+        """Every layer's shapes and settings (`CanonicalModel.outline`), no matrix read on the
+        layer-streamed route."""
+        return self.weights.outline
+
+    @property
     def path(self) -> Path:
         """The model's folder."""
         return Path(self.manifest["path"])
@@ -207,3 +213,13 @@ def open_folder(name: str, folder: Path, device: str = "cpu", head: bool = True)
     manifest = {"name": name, "path": str(folder), "lm_head": kind, "config": config,
                 "model_type": config.get("model_type")}  # fmt: skip
     return LoadedModel(manifest, device, module, head=prediction_head(module) if kind else None)
+
+
+def as_loaded(module, weights: CanonicalModel | None = None, device: str = "cpu") -> LoadedModel:
+    """A `transformers` module already in memory as a loaded model (tests, benchmarks, tools):
+    its canonical `weights` given (e.g. layer-streamed ones: `streamed_weights.streamed_model`)
+    or made on use; no head, no manifest file (its name and path are empty)."""
+    config = module.config
+    manifest = {"name": config.model_type, "path": "", "lm_head": None,
+                "config": config.to_dict(), "model_type": config.model_type}  # fmt: skip
+    return LoadedModel(manifest, device, module, canonical=weights)

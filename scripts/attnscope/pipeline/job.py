@@ -39,13 +39,21 @@ class Job:
         `hidden_states` input came from other weights."""
         return open_model(
             self.input.manifest,
-            "cpu" if on_cpu else self.config["device"],
+            "cpu" if on_cpu else self.device,
             self.log,
             hidden_states=self.input.get("hidden_states"),
             with_head=with_head,
             loading=self.config["loading"],
             dtype=dtype,
         )
+
+    @cached_property
+    def device(self) -> str:
+        """The configured `device` resolved, once per job (`devices.pick_device`): the device
+        of the job's model and of its settings."""
+        from attnscope.model.devices import pick_device
+
+        return pick_device(self.config["device"])
 
     @cached_property
     def manifest(self) -> dict:
@@ -73,8 +81,6 @@ class Job:
         class attribute
         `bound_family`, else `family`, and `memory_budget_mb` and `device` (resolved:
         `devices.pick_device`) come from the configuration: changing them reruns nothing."""
-        from attnscope.model.devices import pick_device
-
         given = {}
         for field in dataclasses.fields(kind):
             if field.name in BOUNDS:
@@ -83,7 +89,7 @@ class Job:
             elif field.name == "memory_budget_mb":
                 given[field.name] = self.config["memory_budget_mb"]
             elif field.name == "device":
-                given[field.name] = pick_device(self.config["device"])
+                given[field.name] = self.device
             elif hasattr(self.params, field.name):
                 given[field.name] = getattr(self.params, field.name)
         return kind(**given)
