@@ -98,7 +98,7 @@ workflow.localrules(
 onstart:
     # A local run that asks for CUDA where torch sees none stops before any job (a cluster's
     # nodes are checked by the jobs themselves).
-    from attnscope.pipeline.models import check_local_device
+    from attnscope.model.devices import check_local_device
 
     if workflow.local_exec:
         check_local_device(config["device"], config["compute_dtype"])

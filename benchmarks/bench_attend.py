@@ -11,11 +11,11 @@ components):
               neither family anything per layer)
 One encoded corpus of random pieces, n = `--length` (128), every position real
 (`bench_scale.write_corpus`), its hidden states extracted once per shape
-(`pipeline.extract`).
+(`model.extract`).
 
 Each measure runs in a fresh process that sets glibc's allocator as the rule's job does
-(`runlog.keep_freed_memory`, and `runlog.release_freed_memory` on the layer-streamed route;
-`--allocator release`: `runlog.release_freed_memory` on both routes; `--allocator default`:
+(`allocator.keep_freed_memory`, and `allocator.release_freed_memory` on the layer-streamed route;
+`--allocator release`: `allocator.release_freed_memory` on both routes; `--allocator default`:
 glibc's defaults), loads the saved model (`streamed_model` on the layer-streamed route, as
 `loading: layer-streamed` does; on the whole-model route `from_pretrained` maps the
 safetensors file, so every weight is read once here to be resident before the baseline,
@@ -86,7 +86,7 @@ def prepare(folder: Path, shape: str, layers: int, sequences: int, length: int) 
     the states of `sequences` random sequences; returns the states' path."""
     from transformers import LlamaConfig, LlamaModel
 
-    from attnscope.pipeline.extract import ExtractSettings, extract
+    from attnscope.model.extract import ExtractSettings, extract
 
     torch.manual_seed(0)
     config = LlamaConfig(num_hidden_layers=layers, attn_implementation="eager", **SHAPES[shape])
@@ -129,15 +129,16 @@ def child(family, model_folder: str, states: str, sequences: int, route, allocat
     from attnscope.analyses.norms.settings import NormsSettings
     from attnscope.architectures import canonical_weights
     from attnscope.core.store import HiddenStates
-    from attnscope.pipeline import runlog
-    from attnscope.pipeline.streamed_weights import streamed_model
+    from attnscope.model.allocator import keep_freed_memory, release_freed_memory
+    from attnscope.model.loaded import as_loaded
+    from attnscope.model.streamed_weights import streamed_model
 
-    if allocator == "job":  # as `runlog.start` and `models.open_model` set it
-        runlog.keep_freed_memory()
+    if allocator == "job":  # as `runlog.start` and `loaded.open_model` set it
+        keep_freed_memory()
         if route == "layer-streamed":
-            runlog.release_freed_memory()
+            release_freed_memory()
     elif allocator == "release":
-        runlog.release_freed_memory()
+        release_freed_memory()
     if route == "layer-streamed":
         model, weights = streamed_model(model_folder, "cpu")
     else:
@@ -152,17 +153,17 @@ def child(family, model_folder: str, states: str, sequences: int, route, allocat
         if family in ("attend", "circuits"):
             settings = AttendSettings(sequences, max_rel_residual=BOUND, component_window=window)
             if family == "attend":
-                attend(store, weights, model, settings)
+                attend(store, as_loaded(model, weights), settings)
             else:
                 from attnscope.analyses.attend.groups import groups_table
 
-                sums, _ = attend(store, weights, model, settings, None, (0,))
+                sums, _ = attend(store, as_loaded(model, weights), settings, None, (0,))
                 groups_table(sums, BOUND)
         else:
             settings = NormsSettings(
                 4, spearman_sample_size=1000000, seed=0, max_rel_residual=BOUND
             )
-            norms(store, weights, model, maps, settings)
+            norms(store, as_loaded(model, weights), maps, settings)
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     peak = (peak_kib()[1] - before) / 1024
     print(json.dumps({"seconds": seconds, "cpu_seconds": cpu, "peak_mib": peak}))

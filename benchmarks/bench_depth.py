@@ -5,8 +5,8 @@ A random Llama (`--width` 1024, `--heads` 16, `--kv-heads` 8, `--ff` 4096, `--vo
 `bench_scale.write_checkpoint` writes it (bfloat16, one safetensors shard per layer; or
 with `--checkpoint float32` as `save_pretrained` writes it, one float32 file), with
 one encoded corpus of `--sequences` random sequences of `--length` pieces. Each step runs in
-a fresh process with its job's allocator settings (`runlog.keep_freed_memory`, then
-`runlog.release_freed_memory` as `models.open_model` sets it on this route) and its job's
+a fresh process with its job's allocator settings (`allocator.keep_freed_memory`, then
+`allocator.release_freed_memory` as `loaded.open_model` sets it on this route) and its job's
 code (`extract_streamed`; `streamed_model` and the family's `corpus_pass`). The process
 reports, in MiB:
 
@@ -81,12 +81,13 @@ def worker(step: str, folder: str, encoded: str, states: str) -> dict:
     from attnscope.analyses.norms.corpus_pass import corpus_pass as norms
     from attnscope.analyses.norms.settings import NormsSettings
     from attnscope.core.store import HiddenStates
-    from attnscope.pipeline import runlog
-    from attnscope.pipeline.extract import ExtractSettings, extract_streamed
-    from attnscope.pipeline.streamed_weights import streamed_model
+    from attnscope.model import allocator
+    from attnscope.model.extract import ExtractSettings, extract_streamed
+    from attnscope.model.loaded import as_loaded
+    from attnscope.model.streamed_weights import streamed_model
 
-    runlog.keep_freed_memory()  # runlog.start
-    runlog.release_freed_memory()  # models.open_model, layer-streamed
+    allocator.keep_freed_memory()  # runlog.start
+    allocator.release_freed_memory()  # loaded.open_model, layer-streamed
     Path("/proc/self/clear_refs").write_text("5")
     base = status_kib()
     sampler = Sampler()
@@ -100,9 +101,9 @@ def worker(step: str, folder: str, encoded: str, states: str) -> dict:
         with HiddenStates(states) as store, h5py.File(f"{states}-{step}.h5", "w") as maps:
             if step == "norms":
                 settings = NormsSettings(spearman_sample_size=1000000, seed=0, **common)
-                norms(store, weights, model, maps, settings)
+                norms(store, as_loaded(model, weights), maps, settings)
             else:
-                mixing(store, weights, model, maps, MixingSettings(ig_steps=0, **common))
+                mixing(store, as_loaded(model, weights), maps, MixingSettings(ig_steps=0, **common))
     seconds = time.perf_counter() - start
     largest = sampler.stop()
     end = status_kib()

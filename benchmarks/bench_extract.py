@@ -7,7 +7,7 @@ and the same batches (each trimmed to its longest real length):
 
   plain       the model's own forward with hidden states, nothing stored, with the C library's
               default allocator: what a user's loop gets
-  plain-kept  the same after runlog.keep_freed_memory(), the allocator setting of every rule job
+  plain-kept  the same after allocator.keep_freed_memory(), the allocator setting of every rule job
   extract     the extraction as its rule runs it: keep_freed_memory(), then extract() writing
               hidden_states.h5 in a temp folder
 
@@ -46,7 +46,7 @@ def minilm_path() -> str:
 
 def run_route(route: str, encoded_path: Path, args) -> dict:
     """In a fresh process: time one route over the whole corpus; seconds, page faults, sys s."""
-    from attnscope.pipeline.runlog import keep_freed_memory
+    from attnscope.model.allocator import keep_freed_memory
 
     if route != "plain":
         keep_freed_memory()
@@ -56,7 +56,7 @@ def run_route(route: str, encoded_path: Path, args) -> dict:
 
     from attnscope.architectures import architecture, load_model
     from attnscope.core.store import TOKEN_ARRAYS, batch_spans
-    from attnscope.pipeline.extract import ExtractSettings, extract
+    from attnscope.model.extract import ExtractSettings, extract
 
     torch.set_num_threads(args.threads)
     model = load_model(minilm_path())  # eager, as the workflow loads it; extract switches to SDPA

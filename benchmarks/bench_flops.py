@@ -18,7 +18,7 @@ Sequences of n = `--length` random pieces, every position real.
 
 Steps and the function each times (what its rule's script reaches):
     extract     `Architecture.residual_states` under `extract.sdpa_attention`, a batch of
-                `batch_size` 16 (config.yaml): `pipeline.extract.extract`'s per-batch forward
+                `batch_size` 16 (config.yaml): `model.extract.extract`'s per-batch forward
                 (the HDF5 writes, in a background thread there, left out)
     norms       per layer and batch of 4: `attention_probs`, `value_vectors`,
                 `attention_output`, the module's own output (the check), `head_summed_norms`
@@ -410,7 +410,7 @@ class Steps:
         return getattr(self, f"_{step}")(BATCH.get(step, 1), n)
 
     def _extract(self, B: int, n: int):
-        from attnscope.pipeline.extract import sdpa_attention
+        from attnscope.model.extract import sdpa_attention
 
         inputs = self.inputs(B, n)
 

@@ -34,7 +34,7 @@ from attnscope.analyses.heads.roles import head_roles  # noqa: E402
 from attnscope.analyses.weights.statistics import accumulate_statistics  # noqa: E402
 from attnscope.architectures import canonical_weights  # noqa: E402
 from attnscope.core.store import EncodedCorpus, HiddenStates, write_encoded  # noqa: E402
-from attnscope.pipeline.extract import ExtractSettings, extract  # noqa: E402
+from attnscope.model.extract import ExtractSettings, extract  # noqa: E402
 
 
 def repeated_corpus(path: Path, vocab: int, sequences: int, length: int) -> None:

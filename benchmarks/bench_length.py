@@ -25,7 +25,7 @@ steps    extract   the model's own forward, every residual state (`residual_stat
                    (`propagate`, what mixing_propagate runs per batch: chunks of input tokens
                    of memory_budget_mb where the code has them); n up to `--mixing-max`
 
-`--allocator release` has each worker set `runlog.release_freed_memory` (every block above
+`--allocator release` has each worker set `allocator.release_freed_memory` (every block above
 128 KiB mapped on its own and returned when freed): its peaks repeat to the MiB, where under
 glibc's defaults, whose mmap threshold grows with the blocks freed, the same worker's peak
 varied by up to 77 MiB between runs (weights at n 2,048, width 64: 118 to 195 MiB).
@@ -179,7 +179,7 @@ def main() -> None:
     if args.worker:
         step, n = args.worker[0], int(args.worker[1])
         if args.allocator == "release":
-            from attnscope.pipeline.runlog import release_freed_memory
+            from attnscope.model.allocator import release_freed_memory
 
             release_freed_memory()
         print(json.dumps(worker(step, n, args.layers, args.budget, args.threads, sizes)))

@@ -5,7 +5,7 @@ Random checkpoints at real models' shapes (random weights cost what real ones do
 layer by layer in bfloat16 as sharded safetensors (one shard per layer, never the whole model
 in memory), and one encoded corpus of `--sequences` random sequences of `--length` pieces.
 Each step runs in a fresh process with the allocator settings of its rule's job
-(`runlog.keep_freed_memory`, and `runlog.release_freed_memory` on the layer-streamed route);
+(`allocator.keep_freed_memory`, and `allocator.release_freed_memory` on the layer-streamed route);
 its peak RSS is the process's own VmHWM. The analyses read the states the same route's
 extraction stored.
 
@@ -190,15 +190,16 @@ from attnscope.analyses.norms.corpus_pass import corpus_pass as norms
 from attnscope.analyses.norms.settings import NormsSettings
 from attnscope.architectures import canonical_weights, prediction_head
 from attnscope.core.store import HiddenStates
-from attnscope.pipeline import runlog
-from attnscope.pipeline.extract import ExtractSettings, extract, extract_streamed
+from attnscope.model import allocator
+from attnscope.model.extract import ExtractSettings, extract, extract_streamed
+from attnscope.model.loaded import as_loaded
 from attnscope.maps.prediction import Prediction, model_logits, stored_logits
-from attnscope.pipeline.streamed_weights import streamed_head, streamed_model
+from attnscope.model.streamed_weights import streamed_head, streamed_model
 folder, encoded, states, step, route, device, compute = sys.argv[1:8]
 layers = json.loads(sys.argv[8])  # all, or 1-based layers
-runlog.keep_freed_memory()  # the allocator settings of the rule jobs (runlog.start, open_model)
+allocator.keep_freed_memory()  # the allocator settings of the rule jobs (runlog.start, open_model)
 if route == "streamed":
-    runlog.release_freed_memory()
+    allocator.release_freed_memory()
 start = time.perf_counter()
 if step == "extract":
     run = ExtractSettings(batch_size=4, device=device, compute_dtype=compute, layers=layers)
@@ -227,14 +228,14 @@ else:
         chosen = None if layers == "all" else store.layers
         if step == "norms":
             settings = NormsSettings(spearman_sample_size=1000000, seed=0, **common)
-            norms(store, weights, model, maps, settings, layers=chosen)
+            norms(store, as_loaded(model, weights), maps, settings, layers=chosen)
         else:
             settings = MixingSettings(ig_steps=0, maps_dtype="float16", **common)
             if step == "mixing":
-                mixing(store, weights, model, maps, settings, layers=chosen)
+                mixing(store, as_loaded(model, weights), maps, settings, layers=chosen)
             else:
                 prediction = Prediction(head, None, None, str, reference)
-                depth_pass(store, weights, model, maps, maps, prediction, settings)
+                depth_pass(store, as_loaded(model, weights), maps, maps, prediction, settings)
 seconds = time.perf_counter() - start
 peak = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0])
 print(seconds, peak)
@@ -277,7 +278,7 @@ def main() -> None:
         folder.mkdir(parents=True, exist_ok=True)
         if shape == "minilm":
             from attnscope.api import MINILM
-            from attnscope.pipeline.models import resolve_folder
+            from attnscope.model.sources import resolve_folder
 
             model = resolve_folder("minilm", MINILM, "", Path())[0]
             vocab, parameters, size = (

@@ -18,7 +18,7 @@ steps    loss        the sink card's next-token loss (`forward_from_layer.next_t
          head-backward  the layer-streamed route's first step: dL/dX_L from the loss on X_L
                      (`head_input`, `sequence_losses`, backward)
 
-`--allocator release` (default here) has each worker set `runlog.release_freed_memory`, so
+`--allocator release` (default here) has each worker set `allocator.release_freed_memory`, so
 that peaks repeat to the MiB (as `bench_length.py`).
 
 Run: .venv/bin/python benchmarks/bench_vocabulary.py [--vocab 32768 131072 262144]
@@ -128,7 +128,7 @@ def main() -> None:
     parser.add_argument("--worker", nargs=2, metavar=("STEP", "V"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        from attnscope.pipeline.runlog import release_freed_memory
+        from attnscope.model.allocator import release_freed_memory
 
         release_freed_memory()
         step, V = args.worker[0], int(args.worker[1])

@@ -1,7 +1,7 @@
 """Resolve a configured model to a local folder and write its manifest."""
 
+from attnscope.model.sources import build_manifest, write_manifest
 from attnscope.pipeline.job import Job
-from attnscope.pipeline.models import build_manifest, write_manifest
 
 job = Job(snakemake)
 manifest = build_manifest(job.wildcards.model, job.params.spec, mirror=job.config["mirror"])

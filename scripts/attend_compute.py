@@ -21,7 +21,7 @@ if massive is not None:  # the rule gives none with a layer subset (the sink car
     log.info("key side split along the massive dimensions %s", list(directions) or "(none)")
 loaded = job.model()
 with HiddenStates(job.input.hidden_states) as store:
-    sums, check = corpus_pass(store, loaded.weights, loaded.model, settings, log, directions)
+    sums, check = corpus_pass(store, loaded, settings, log, directions)
 job.write_table(sums.lift_table(settings.top_k, classes=False), output.lift)
 job.write_table(sums.lift_table(settings.top_k, classes=True), output.key_classes)
 rotary = any(layer.rotary is not None for layer in loaded.weights.outline)  # no layer read

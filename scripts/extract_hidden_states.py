@@ -3,9 +3,9 @@
 
 import sys
 
-from attnscope.pipeline.extract import ExtractSettings
+from attnscope.model.extract import ExtractSettings
+from attnscope.model.sources import manifest_attrs
 from attnscope.pipeline.job import Job
-from attnscope.pipeline.models import manifest_attrs
 
 job = Job(snakemake)
 settings = job.settings(ExtractSettings)

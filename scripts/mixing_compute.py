@@ -13,7 +13,7 @@ settings, output = job.settings(MixingSettings), job.output
 
 
 def analyse(loaded, store, maps, layers):
-    return corpus_pass(store, loaded.weights, loaded.model, maps, settings, job.log, layers)
+    return corpus_pass(store, loaded, maps, settings, job.log, layers)
 
 
 result = sharded_analysis(job, analyse)

@@ -17,9 +17,7 @@ with (
     open_store(job.input.maps, "mixing_compute") as layer_maps,
     atomic_h5(output.propagated, chunk_cache=False) as propagated,
 ):
-    result = depth_pass(
-        store, loaded.weights, loaded.model, propagated, layer_maps, prediction, settings, log
-    )
+    result = depth_pass(store, loaded, propagated, layer_maps, prediction, settings, log)
 job.write_table(result.mixing, output.propagated_mixing)
 job.write_table(result.rollout, output.rollout)
 job.write_table(result.prediction, output.prediction)

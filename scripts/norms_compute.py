@@ -13,7 +13,7 @@ settings = job.settings(NormsSettings)
 
 
 def analyse(loaded, store, maps, layers):
-    return corpus_pass(store, loaded.weights, loaded.model, maps, settings, job.log, layers)
+    return corpus_pass(store, loaded, maps, settings, job.log, layers)
 
 
 result = sharded_analysis(job, analyse)

@@ -27,7 +27,7 @@ from attnscope.core import files
 from attnscope.core.layer_kinds import kind_summary, read_layer_kinds, with_layer_kinds
 from attnscope.core.store import TOKEN_ARRAYS, HiddenStates
 from attnscope.core.tables import not_applicable
-from attnscope.pipeline.extract import ExtractSettings
+from attnscope.model.extract import ExtractSettings
 from attnscope.pipeline.job import Job
 
 job = Job(snakemake)

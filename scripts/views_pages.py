@@ -28,9 +28,7 @@ with (
         )
     entries = []
     for index in chosen:
-        page = sequence_page(
-            store, index, loaded.weights, loaded.model, tokenizer, settings, log, prediction
-        )
+        page = sequence_page(store, index, loaded, tokenizer, settings, log, prediction)
         file = f"sequence_{index:04d}.html"
         text = render_page(page, f"{model_name} / {corpus} / sequence {index}")
         (out / file).write_text(text, encoding="utf-8")

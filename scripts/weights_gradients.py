@@ -1,8 +1,10 @@
 """Gradient importance of attention per layer and category by the model's LM head
-(`LoadedModel.gradient_importance`), or a "not applicable" table for a model without one."""
+(`gradient_table.model_gradient_importance`), or a "not applicable" table for a model
+without one."""
 
 from pathlib import Path
 
+from attnscope.analyses.weights.gradient_table import model_gradient_importance
 from attnscope.analyses.weights.gradients import not_applicable
 from attnscope.analyses.weights.settings import GradientSettings
 from attnscope.core.store import HiddenStates
@@ -16,6 +18,6 @@ with HiddenStates(job.input.hidden_states) as store:
         table = not_applicable(store.n_layers)
     else:
         loaded = job.model(with_head=True)
-        table = loaded.gradient_importance(store, Path(out).parent, settings, log)
+        table = model_gradient_importance(loaded, store, Path(out).parent, settings, log)
 job.write_table(table, out)
 log.info("wrote %s", out)

@@ -251,7 +251,7 @@ def write_tiny_encoded(
 
 def write_tiny_store(tmp_path, family: str, batch: int = 4, length: int = 16, head="base"):
     """(hidden_states.h5 path, model): a tiny random model run over a tiny encoded corpus."""
-    from attnscope.pipeline.extract import ExtractSettings, extract
+    from attnscope.model.extract import ExtractSettings, extract
 
     model = tiny_model(family, head=head)
     encoded = write_tiny_encoded(tmp_path / f"{family}-encoded.h5", family, batch, length)
@@ -266,8 +266,8 @@ def write_tiny_model_run(
     """(hidden_states.h5, model, manifest.json) as the workflow leaves them for a rule script:
     the tiny model saved as a folder with a tokenizer file, its manifest, and states made with
     the manifest's weights hash. A saved tokenizer in `tmp_path / "model"` is kept."""
-    from attnscope.pipeline.extract import ExtractSettings, extract
-    from attnscope.pipeline.models import build_manifest, manifest_attrs, write_manifest
+    from attnscope.model.extract import ExtractSettings, extract
+    from attnscope.model.sources import build_manifest, manifest_attrs, write_manifest
 
     model = tiny_model(family, head=head, layers=layers)
     folder = tmp_path / "model"

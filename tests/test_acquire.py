@@ -5,16 +5,13 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from attnscope.architectures import UnsupportedModelError
 from attnscope.core.files import sha256_of
 from attnscope.data.datasets import DATA_FILES, ChecksumError, acquire
-from attnscope.pipeline.models import (
-    ModelChangedError,
-    ModelNotFoundError,
-    build_manifest,
-    open_model,
-)
+from attnscope.model.loaded import open_model
+from attnscope.model.sources import ModelChangedError, ModelNotFoundError, build_manifest
 from conftest import SPECIAL_VOCAB, tiny_model, write_tiny_model_run, write_tiny_store
 
 MIRROR = Path(os.environ.get("ATTNSCOPE_MIRROR", Path(__file__).parents[2] / "shared" / "data"))
@@ -134,7 +131,7 @@ def test_jobs_refuse_model_files_changed_after_acquisition(tmp_path):
 def test_jobs_refuse_states_made_with_other_weights(tmp_path):
     """hidden_states.h5 carries the hash of the weights it was made with; a manifest of other
     weights is refused with the rule to rerun."""
-    from attnscope.pipeline.models import check_store_weights, read_manifest
+    from attnscope.model.sources import check_store_weights, read_manifest
 
     store, _, path = write_tiny_model_run(tmp_path, "bert")
     manifest = read_manifest(path)
@@ -207,8 +204,8 @@ def test_a_model_folder_without_weights_is_refused_before_any_job(tmp_path):
     """Issue 35, item 21: config.json and a tokenizer but no weights: the checks before any
     job name the folder and what it lacks (not the layer-streamed route's hint). A GGUF file
     beside config.json is not a weight file of the folder."""
+    from attnscope.model.sources import require_weights
     from attnscope.pipeline.config_checks import check_models
-    from attnscope.pipeline.models import require_weights
 
     folder = tmp_path / "weightless"
     tiny_model("bert").save_pretrained(folder)
@@ -227,3 +224,25 @@ def test_a_model_folder_without_weights_is_refused_before_any_job(tmp_path):
         build_manifest("w", config["models"]["w"])
     with pytest.raises(ModelNotFoundError, match=f"{folder} has no weight files"):
         require_weights("w", folder)
+
+
+def test_the_rules_and_the_notebooks_get_one_loaded_model_type(tmp_path):
+    """Issue 49, item 1: `open_model` (the rules' `Job.model()`) and `attnscope.load` return
+    the same type, and on the same folder the same weights, head kind, positions and pieces."""
+    import attnscope
+    from attnscope.api import Model
+    from attnscope.model.loaded import LoadedModel
+
+    _, _, path = write_tiny_model_run(tmp_path, "bert", head="mlm")
+    rules = open_model(path, with_head=True)
+    notebook = attnscope.load(tmp_path / "model")
+    assert type(rules) is type(notebook) is LoadedModel is Model
+    assert notebook.path == rules.path == (tmp_path / "model").resolve()
+    assert notebook.lm_head == rules.lm_head == "masked"
+    positions = tiny_model("bert").config.max_position_embeddings
+    assert notebook.max_positions == rules.max_positions == positions
+    for mine, theirs in zip(notebook.weights.layers, rules.weights.layers, strict=True):
+        assert torch.equal(mine.W_Q, theirs.W_Q) and torch.equal(mine.W_O, theirs.W_O)
+    ids = [2, 4, 3]  # [CLS] [MASK] [SEP]
+    assert notebook.tokens(ids) == rules.tokens(ids) and len(rules.tokens(ids)) == 3
+    assert open_model(path).lm_head is None  # no head asked for: none loaded

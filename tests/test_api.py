@@ -214,7 +214,7 @@ def test_load_names_a_missing_folder_and_every_call_takes_a_folder(decoder, tmp_
     """Issue 35, item 11: a folder that is not there is named (no try on the Hugging Face hub);
     a folder given to view, decompose, norms, head_statistics or states is loaded for the call
     (BertViz-style), anything else is a TypeError saying what to pass."""
-    from attnscope.pipeline.models import ModelNotFoundError
+    from attnscope.model.sources import ModelNotFoundError
 
     missing = tmp_path / "nonexistent"
     with pytest.raises(ModelNotFoundError, match="no model folder .*nonexistent.* does not exist"):

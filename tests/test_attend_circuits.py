@@ -18,7 +18,8 @@ from attnscope.architectures import canonical_weights
 from attnscope.core.checks import CheckError
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CLS, OTHER
-from attnscope.pipeline.extract import ExtractSettings, extract
+from attnscope.model.extract import ExtractSettings, extract
+from attnscope.model.loaded import as_loaded
 from conftest import tiny_model, write_tiny_encoded
 
 BOUND = 1e-4
@@ -46,7 +47,7 @@ def run(tmp_path, model, encoded, directions=(), sequences=4):
     settings = AttendSettings(sequences=sequences, max_rel_residual=BOUND)
     with HiddenStates(path) as store:
         weights = canonical_weights(model)
-        sums, check = corpus_pass(store, weights, model, settings, None, directions)
+        sums, check = corpus_pass(store, as_loaded(model, weights), settings, None, directions)
     groups, groups_check = groups_table(sums, BOUND)
     return sums, check, groups, groups_check
 

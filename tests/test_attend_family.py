@@ -19,7 +19,8 @@ from attnscope.core.checks import CheckError
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CATEGORY_NAMES
 from attnscope.maps.attend import attend_split
-from attnscope.pipeline.extract import ExtractSettings, extract
+from attnscope.model.extract import ExtractSettings, extract
+from attnscope.model.loaded import as_loaded
 from conftest import tiny_model, write_tiny_encoded, write_tiny_model_run, write_tiny_store
 
 SEQUENCES = 2
@@ -102,7 +103,9 @@ def test_the_sums_equal_the_terms_of_attend_row_by_row(tmp_path, family):
     weights = canonical_weights(model)
     with HiddenStates(path) as store:
         sums, check = corpus_pass(
-            store, weights, model, AttendSettings(sequences=SEQUENCES, max_rel_residual=1e-4)
+            store,
+            as_loaded(model, weights),
+            AttendSettings(sequences=SEQUENCES, max_rel_residual=1e-4),
         )
         first = ["state", "attention output", "lift", "lift pairs"]
         tokens = ["lift (token classes)", "lift pairs (token classes)"]
@@ -176,8 +179,7 @@ def test_the_first_layer_lifts_only_embedding_and_bias_pairs(tmp_path, family, n
     with HiddenStates(path) as store:
         sums, _ = corpus_pass(
             store,
-            canonical_weights(model),
-            model,
+            as_loaded(model, canonical_weights(model)),
             AttendSettings(sequences=1, max_rel_residual=1e-4),
         )
     table = sums.lift_table(top_k=100, classes=False)
@@ -209,7 +211,9 @@ def test_weights_that_miss_the_stored_states_fail_by_layer_and_stage(tmp_path, c
     with torch.no_grad():
         changed(weights.layers[0]).mul_(1.01)  # the stored states come from the unchanged model
     with HiddenStates(path) as store, pytest.raises(CheckError, match=message):
-        corpus_pass(store, weights, model, AttendSettings(sequences=1, max_rel_residual=1e-4))
+        corpus_pass(
+            store, as_loaded(model, weights), AttendSettings(sequences=1, max_rel_residual=1e-4)
+        )
 
 
 @pytest.mark.parametrize("family", ["bert", "llama"])
@@ -227,7 +231,7 @@ def test_a_layer_subset_store_gives_the_whole_stores_sums_for_its_layers(tmp_pat
         with HiddenStates(path) as store:
             assert store.stores(1) == (layers == "all")
             found[str(layers)] = corpus_pass(
-                store, weights, model, AttendSettings(sequences=2, max_rel_residual=1e-4)
+                store, as_loaded(model, weights), AttendSettings(sequences=2, max_rel_residual=1e-4)
             )[0]
     whole, subset = found["all"], found["[3]"]
     assert sorted(subset.sums) == [(3, h) for h in range(1, 5)]
@@ -241,7 +245,8 @@ def test_the_streamed_route_gives_the_same_sums_reading_no_layer_after_the_last_
 ):
     """`loading: layer-streamed`: the sums of a `layers: [2]` store of a 4-layer Llama equal
     the whole model's, and each sequence reads layers 1 and 2 only."""
-    from attnscope.pipeline.models import manifest_attrs, open_model, read_manifest
+    from attnscope.model.loaded import open_model
+    from attnscope.model.sources import manifest_attrs, read_manifest
 
     _, model, manifest = write_tiny_model_run(tmp_path, "llama", layers=4)
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", "llama")
@@ -254,8 +259,7 @@ def test_the_streamed_route_gives_the_same_sums_reading_no_layer_after_the_last_
         with HiddenStates(path) as store:
             found[loading] = corpus_pass(
                 store,
-                loaded.weights,
-                loaded.model,
+                loaded,
                 AttendSettings(sequences=2, max_rel_residual=1e-4),
             )[0]
     assert loaded.weights.layers.reads == 2 * 2  # 2 sequences x layers 1, 2
@@ -291,7 +295,9 @@ def test_trt_term_profiles_equal_the_diagonals_of_attend_terms(tmp_path, family)
     weights = canonical_weights(model)
     with HiddenStates(path) as store:
         sums, _ = corpus_pass(
-            store, weights, model, AttendSettings(sequences=SEQUENCES, max_rel_residual=1e-4)
+            store,
+            as_loaded(model, weights),
+            AttendSettings(sequences=SEQUENCES, max_rel_residual=1e-4),
         )
         table = sums.trt_table()
         assert list(table.columns) == ["layer", "head", "pair", "t", "value"]
@@ -332,8 +338,7 @@ def test_zeroed_position_embeddings_give_zero_position_profiles(tmp_path, family
     with HiddenStates(path) as store:
         sums, _ = corpus_pass(
             store,
-            canonical_weights(model),
-            model,
+            as_loaded(model, canonical_weights(model)),
             AttendSettings(sequences=1, max_rel_residual=1e-4),
         )
     table = sums.trt_table()
@@ -478,7 +483,7 @@ def test_a_component_window_merges_the_earlier_layers_exactly(tmp_path, family):
     with HiddenStates(path) as store:
         for window in (0, 1):
             settings = AttendSettings(2, max_rel_residual=1e-4, component_window=window)
-            found[window] = corpus_pass(store, weights, model, settings)[0]
+            found[window] = corpus_pass(store, as_loaded(model, weights), settings)[0]
     whole, windowed = found[0], found[1]
     embed = [c for c in whole.components[1] if c.startswith("embed")]
     H = weights.n_heads

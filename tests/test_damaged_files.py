@@ -16,7 +16,7 @@ from attnscope.architectures import MismatchedWeightsError, lm_head_kind, load_m
 from attnscope.core.files import remove_stale_partials
 from attnscope.core.store import DamagedStoreError, HiddenStates
 from attnscope.data.datasets import DATA_FILES
-from attnscope.pipeline.models import build_manifest
+from attnscope.model.sources import build_manifest
 from conftest import (
     CLASSIC,
     DECODERS,
@@ -229,7 +229,7 @@ def routes(folder: Path):
     """(name, loader) of every way attnscope opens a checkpoint: acquisition (from the
     headers), the whole-model route and the layer-streamed one, bare and with the LM head
     where the checkpoint has one."""
-    from attnscope.pipeline.layer_stream import LayerStream
+    from attnscope.model.layer_stream import LayerStream
 
     kind = lm_head_kind(str(folder))
     (folder / "vocab.txt").write_text(SPECIAL_VOCAB)  # a tokenizer file, for acquisition
@@ -313,13 +313,13 @@ class Sleeping:
 from attnscope.core.store import HiddenStates
 results = work / "results" / "m" / "c"
 if job == "extraction":  # a layer subset's states pass through a scratch file
-    from attnscope.pipeline.extract import ExtractSettings, extract_streamed
+    from attnscope.model.extract import ExtractSettings, extract_streamed
     extract_streamed(work / "model", work / "encoded.h5", results / "hidden_states.h5",
                      ExtractSettings(2, layers=[2]), log=Sleeping())
 elif job == "gradients":
     from attnscope.analyses.weights.settings import GradientSettings
     from attnscope.analyses.weights.streamed_backward import streamed_gradient_importance
-    from attnscope.pipeline.streamed_weights import streamed_head, streamed_model
+    from attnscope.model.streamed_weights import streamed_head, streamed_model
     _, weights = streamed_model(work / "model", "cpu")
     head = streamed_head(work / "model", "causal", "cpu")
     with HiddenStates(work / "states.h5") as store:
@@ -327,8 +327,8 @@ elif job == "gradients":
                                      GradientSettings(2, 0.3, 0), results / "weights", Sleeping())
 else:  # the JS distances of the layer-streamed route
     from attnscope.analyses.weights.head_distances import attention_entries, entries_columns
-    from attnscope.pipeline.layer_walks import Batches, by_layer
-    from attnscope.pipeline.streamed_weights import streamed_model
+    from attnscope.model.layer_walks import Batches, by_layer
+    from attnscope.model.streamed_weights import streamed_model
     _, weights = streamed_model(work / "model", "cpu")
     with HiddenStates(work / "states.h5") as store:
         columns = entries_columns(store, 2, weights.causal)
@@ -344,7 +344,7 @@ def test_scratch_files_of_a_killed_job_are_swept_and_a_live_ones_kept(tmp_path, 
     scratch folders of the layer-streamed gradients and JS distances are held by their job
     while it runs (the start-up sweep leaves them) and removed by the next sweep after kill -9;
     nothing else in the results folder is touched."""
-    from attnscope.pipeline.extract import ExtractSettings, extract
+    from attnscope.model.extract import ExtractSettings, extract
 
     model = tiny_model("llama", head="causal", layers=3)
     model.save_pretrained(tmp_path / "model")

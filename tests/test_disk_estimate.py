@@ -4,13 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from attnscope.pipeline.disk_estimate import (
-    DiskSpaceError,
-    free_bytes,
-    hidden_state_bytes,
-    require_space,
-)
-from attnscope.pipeline.extract import ExtractSettings, extract
+from attnscope.model.disk_space import DiskSpaceError, free_bytes, hidden_state_bytes, require_space
+from attnscope.model.extract import ExtractSettings, extract
 from conftest import tiny_model, write_tiny_encoded
 
 
@@ -234,8 +229,8 @@ def test_a_gguf_still_to_dequantise_counts_its_float32_folder(tmp_path, monkeypa
     from snakemake.utils import validate
 
     import attnscope.pipeline.disk_estimate as disk_estimate
+    from attnscope.model.sources import build_manifest
     from attnscope.pipeline.disk_estimate import check_disk_space, planned_files
-    from attnscope.pipeline.models import build_manifest
     from attnscope.pipeline.outputs import families
     from conftest import write_tiny_gguf_model
 

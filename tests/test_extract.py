@@ -10,7 +10,7 @@ import torch
 from attnscope.architectures import canonical_weights
 from attnscope.core.attention import layer_forward
 from attnscope.core.store import HiddenStates
-from attnscope.pipeline.extract import BackgroundWriter, ExtractSettings, extract
+from attnscope.model.extract import BackgroundWriter, ExtractSettings, extract
 from conftest import tiny_model, write_tiny_encoded, write_tiny_store
 
 

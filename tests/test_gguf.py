@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from attnscope.architectures import UnsupportedModelError
-from attnscope.pipeline import gguf
-from attnscope.pipeline.models import (
+from attnscope.model import gguf
+from attnscope.model.sources import (
     ModelNotFoundError,
     build_manifest,
     local_model_config,
@@ -91,7 +91,7 @@ ROUNDS = 3
 DEQUANTISE = f"""
 import json, sys, time
 from pathlib import Path
-from attnscope.pipeline import gguf
+from attnscope.model import gguf
 gguf_file, root, user = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 for k in range({ROUNDS}):
     (root / f"ready-{{user}}-{{k}}").touch()
@@ -187,7 +187,7 @@ def test_the_api_loads_a_gguf_file(tiny_gguf, tmp_path, monkeypatch):
 STALLED = """
 import sys, time
 from pathlib import Path
-from attnscope.pipeline import gguf
+from attnscope.model import gguf
 def stall(path, folder):
     (folder / "model.safetensors").write_bytes(b"x" * 1000)
     print("writing", flush=True)

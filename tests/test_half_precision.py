@@ -14,8 +14,9 @@ from attnscope.analyses.norms.settings import NormsSettings
 from attnscope.architectures import canonical_weights
 from attnscope.core.checks import NonFiniteError
 from attnscope.core.store import HiddenStates, atomic_h5
-from attnscope.pipeline.extract import ExtractSettings, extract, extract_streamed
-from attnscope.pipeline.models import check_compute_dtype
+from attnscope.model.devices import check_compute_dtype
+from attnscope.model.extract import ExtractSettings, extract, extract_streamed
+from attnscope.model.loaded import as_loaded
 from conftest import tiny_model, write_tiny_encoded
 
 # Largest |state - float32 state| relative to the state's largest value, over every layer of
@@ -97,8 +98,7 @@ def test_analyses_decompose_a_bfloat16_forwards_store_in_float32(tmp_path, dtype
         with atomic_h5(tmp_path / "norms.h5") as maps:
             _, residual = norms_corpus(
                 store,
-                weights,
-                model,
+                as_loaded(model, weights),
                 maps,
                 NormsSettings(
                     batch_size=2, spearman_sample_size=100, seed=0, max_rel_residual=1e-4
@@ -107,8 +107,7 @@ def test_analyses_decompose_a_bfloat16_forwards_store_in_float32(tmp_path, dtype
         with atomic_h5(tmp_path / "mixing.h5") as maps:
             mixing = mixing_corpus(
                 store,
-                weights,
-                model,
+                as_loaded(model, weights),
                 maps,
                 MixingSettings(
                     batch_size=2, ig_steps=0, max_rel_residual=1e-4, maps_dtype="float32"

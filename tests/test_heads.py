@@ -26,7 +26,7 @@ from attnscope.analyses.heads.roles import ROLE_NAMES, head_roles, threshold_pro
 from attnscope.architectures import architecture, canonical_weights, prediction_head
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CLS, OTHER
-from attnscope.pipeline.extract import ExtractSettings, extract
+from attnscope.model.extract import ExtractSettings, extract
 from conftest import TINY, Opened, tiny_model
 
 START = 2

@@ -8,7 +8,8 @@ import pytest
 
 from attnscope.core.layer_selection import LayerSelectionError, selected_layers, stored_states
 from attnscope.core.store import HiddenStates, StateNotStoredError
-from attnscope.pipeline.extract import ExtractSettings, extract, extract_streamed
+from attnscope.model.extract import ExtractSettings, extract, extract_streamed
+from attnscope.model.loaded import as_loaded
 from conftest import tiny_model, write_tiny_encoded
 
 HEADS = {"bert": "mlm", "llama": "causal"}
@@ -86,8 +87,7 @@ def test_a_subset_stores_rotary_bands_and_mixing_equal_the_full_stores(tmp_path)
             with atomic_h5(tmp_path / f"{name}-maps.h5") as maps:
                 mixing = corpus_pass(
                     store,
-                    weights,
-                    model,
+                    as_loaded(model, weights),
                     maps,
                     MixingSettings(
                         batch_size=2, ig_steps=0, max_rel_residual=1e-4, maps_dtype="float32"
@@ -135,14 +135,9 @@ def test_the_streamed_pass_needs_room_for_the_store_and_the_scratch_file(tmp_pat
     5 x 16 x d float32 in whole chunks.
     A disk with room for the scratch file alone stops the pass, naming it, before any layer
     is computed, and leaves neither the store nor the scratch file."""
-    from attnscope.pipeline import disk_estimate
-    from attnscope.pipeline.disk_estimate import DiskSpaceError, hidden_state_bytes
-    from attnscope.pipeline.extract import (
-        ExtractSettings,
-        scratch_states,
-        state_store,
-        streamed_bytes,
-    )
+    from attnscope.model import disk_space
+    from attnscope.model.disk_space import DiskSpaceError, hidden_state_bytes
+    from attnscope.model.extract import ExtractSettings, scratch_states, state_store, streamed_bytes
 
     model = tiny_model("bert", layers=3)
     folder = tmp_path / "model"
@@ -160,7 +155,7 @@ def test_the_streamed_pass_needs_room_for_the_store_and_the_scratch_file(tmp_pat
         with scratch_states(tmp_path / "s.h5", hidden) as scratch:
             assert len(scratch) == 2 and scratch[0].shape == (5, 16, d)
     scratch_alone = 2 * state
-    monkeypatch.setattr(disk_estimate, "free_bytes", lambda path: scratch_alone + 1)
+    monkeypatch.setattr(disk_space, "free_bytes", lambda path: scratch_alone + 1)
     with pytest.raises(DiskSpaceError, match=r"streamed\.h5\.scratch\.h5.* needs up to"):
         extract_streamed(
             folder, encoded, tmp_path / "streamed.h5", ExtractSettings(batch_size=2, layers=[2])

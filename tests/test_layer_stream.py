@@ -14,10 +14,10 @@ from attnscope.api import MINILM
 from attnscope.architectures import StreamingUnavailableError
 from attnscope.core.store import write_encoded
 from attnscope.data.corpora import encode_corpus
+from attnscope.model.extract import ExtractSettings, extract, extract_streamed
+from attnscope.model.layer_stream import LayerStream, loading_route
+from attnscope.model.sources import resolve_folder
 from attnscope.pipeline.config_checks import ConfigError, check_models
-from attnscope.pipeline.extract import ExtractSettings, extract, extract_streamed
-from attnscope.pipeline.layer_stream import LayerStream, loading_route
-from attnscope.pipeline.models import resolve_folder
 from conftest import CLASSIC, DECODERS, SPECIAL_VOCAB, tiny_model, write_tiny_encoded
 
 # A task head in some checkpoints, so that its tensors are skipped and the bare model's names
@@ -163,7 +163,7 @@ def test_the_route_auto_streams_only_a_model_larger_than_half_the_free_memory(tm
 
 MEMORY_RUN = """
 import sys
-from attnscope.pipeline.extract import ExtractSettings, {route}
+from attnscope.model.extract import ExtractSettings, {route}
 {prelude}
 {route}({model}, sys.argv[2], sys.argv[3], ExtractSettings(batch_size=2))
 # VmHWM: this program's own peak (ru_maxrss would carry the forking test process's over exec)
@@ -213,9 +213,9 @@ def test_streamed_peak_memory_does_not_grow_with_depth(tmp_path):
 ABOVE_START_RUN = """
 import sys
 from pathlib import Path
-from attnscope.pipeline import runlog
-from attnscope.pipeline.extract import ExtractSettings, extract_streamed
-runlog.release_freed_memory()  # as the layer-streamed jobs set it (models.open_model)
+from attnscope.model import allocator
+from attnscope.model.extract import ExtractSettings, extract_streamed
+allocator.release_freed_memory()  # as the layer-streamed jobs set it (loaded.open_model)
 Path("/proc/self/clear_refs").write_text("5")  # VmHWM starts again from VmRSS
 def status(field):
     return int(open("/proc/self/status").read().split(field + ":")[1].split()[0])

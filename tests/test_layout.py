@@ -250,7 +250,7 @@ LONG_FUNCTIONS = {
     # one store pass holding a layer's five outputs open at once: likewise after item 1
     "analyses/mixing/corpus_pass.py:corpus_pass",
     # the layer-streamed extraction, which item 1 moves into the model package
-    "pipeline/extract.py:extract_streamed",
+    "model/extract.py:extract_streamed",
 }
 
 
@@ -356,3 +356,137 @@ def test_job_settings_read_params_but_bounds_memory_and_device_from_the_config()
     with pytest.raises(TypeError, match="ig_steps"):
         job.params = SimpleNamespace(batch_size=3)  # a field without a default needs its param
         job.settings(ViewsSettings)
+
+
+# The library's layers, lowest first: a module imports only from its own layer or lower ones.
+# `attnscope` itself (__init__.py) is above them all.
+LAYERS = ("core", "architectures", "data", "maps", "model", "analyses", "pipeline", "api")
+# Known arrows back up, each with why it is still there.
+ALLOWED_BACK_ARROWS = {
+    f"attnscope.analyses.{name}.outputs -> attnscope.pipeline.outputs": (
+        "a family declares its outputs with pipeline.outputs' types (issue 49, item 3 gives "
+        "the declarations their home)"
+    )
+    for name in FAMILIES
+}
+
+
+def import_graph(package: Path) -> dict[str, set[str]]:
+    """{module: the package's modules it imports}, for every module of `package` (a folder),
+    from every import statement, those inside functions included. `from a.b import c` is an
+    import of the module a.b.c where there is one, else of a.b."""
+    modules = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph = {}
+    for name, path in modules.items():
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:  # relative: from the package `level - 1` above this one
+                    base = ".".join(here[: len(here) - node.level + 1] + [base] * bool(base))
+                targets |= {
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                    for alias in node.names
+                }
+        for target in targets:
+            while target and target not in modules:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                graph.setdefault(name, set()).add(target)
+        graph.setdefault(name, set())
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or through others (the strongly
+    connected components of more than one module), each sorted."""
+    order, low, stack, found = {}, {}, [], []
+
+    def visit(module):
+        order[module] = low[module] = len(order)
+        stack.append(module)
+        for target in sorted(graph[module]):
+            if target not in order:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], order[target])
+        if low[module] == order[module]:
+            group = stack[stack.index(module) :]
+            del stack[stack.index(module) :]
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in order:
+            visit(module)
+    return found
+
+
+def layer_rank(module: str) -> int:
+    """The position of a module's layer in LAYERS (`attnscope` itself: above every layer)."""
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 else len(LAYERS)
+
+
+def back_arrows(graph: dict[str, set[str]]) -> list[str]:
+    """ "importer -> imported" for every import from a lower layer to a higher one."""
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if layer_rank(module) < layer_rank(target)
+    )
+
+
+def test_the_import_graph_has_no_cycle_and_no_arrow_back_up():
+    """Issue 49: no module imports, directly or through others, one that imports it, and no
+    layer imports a higher one (LAYERS; docs/layout.md)."""
+    graph = import_graph(Path(attnscope.__file__).parent)
+    assert {module.split(".")[1] for module in graph if "." in module} <= set(LAYERS)
+    assert import_cycles(graph) == []
+    assert [arrow for arrow in back_arrows(graph) if arrow not in ALLOWED_BACK_ARROWS] == []
+
+
+def test_the_import_graph_check_finds_a_cycle_and_an_arrow_back_up(tmp_path):
+    package = tmp_path / "attnscope"
+    for folder in ("core", "model", "pipeline"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "core" / "a.py").write_text("def f():\n    from attnscope.model import b\n")
+    (package / "model" / "b.py").write_text("from . import c\n")
+    (package / "model" / "c.py").write_text("from attnscope.core.a import f\n")
+    (package / "pipeline" / "d.py").write_text("import attnscope.model.b\n")
+    graph = import_graph(package)
+    assert graph["attnscope.pipeline.d"] == {"attnscope.model.b"}
+    assert import_cycles(graph) == [["attnscope.core.a", "attnscope.model.b", "attnscope.model.c"]]
+    assert back_arrows(graph) == ["attnscope.core.a -> attnscope.model.b"]
+
+
+def two_halves(root: Path) -> list[str]:
+    """ "<file>:<function>" of the functions under `root` that take a model as two halves, its
+    canonical `weights` and its `model` module, in place of the loaded model."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                args = node.args
+                names = {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs}
+                if {"weights", "model"} <= names:
+                    found.append(f"{path.relative_to(root).as_posix()}:{node.name}")
+    return found
+
+
+def test_no_analysis_takes_the_model_as_two_halves(tmp_path):
+    """Issue 49, item 1: an analysis takes the loaded model (`model.loaded.LoadedModel`), not
+    `(weights, model)`."""
+    assert two_halves(Path(attnscope.__file__).parent / "analyses") == []
+    (tmp_path / "m.py").write_text("def f(store, weights, model, settings): pass\n")
+    assert two_halves(tmp_path) == ["m.py:f"]

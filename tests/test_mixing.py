@@ -20,6 +20,7 @@ from attnscope.maps.layer_decomposition import (
     closing_layer_norm,
     factored_stages,
 )
+from attnscope.model.loaded import as_loaded
 from conftest import write_tiny_store
 
 
@@ -289,8 +290,7 @@ def run_corpus(tmp_path, family):
     with HiddenStates(path) as store, atomic_h5(maps_path) as maps:
         result = corpus_pass(
             store,
-            weights,
-            model,
+            as_loaded(model, weights),
             maps,
             MixingSettings(batch_size=3, ig_steps=0, max_rel_residual=1e-4, maps_dtype="float32"),
         )
@@ -395,8 +395,7 @@ def test_run_fails_when_the_ff_split_is_incomplete(tmp_path):
         with HiddenStates(path) as store, atomic_h5(maps_path) as maps:
             corpus_pass(
                 store,
-                canonical_weights(model),
-                model,
+                as_loaded(model, canonical_weights(model)),
                 maps,
                 MixingSettings(
                     batch_size=3, ig_steps=1, max_rel_residual=1e-4, maps_dtype="float32"

@@ -27,6 +27,7 @@ from attnscope.core.streaming import BottomKSample, Moments
 from attnscope.core.tokens import CATEGORY_NAMES, CLS, OTHER, PUNCT, SEP
 from attnscope.maps.head_norms import head_summed_norms
 from attnscope.maps.storage import map_bytes, read_map
+from attnscope.model.loaded import as_loaded
 from conftest import tiny_batch, tiny_model, write_tiny_store
 
 
@@ -104,8 +105,7 @@ def test_analysis_fails_when_decomposition_breaks(tmp_path):
         with atomic_h5(tmp_path / "maps.h5") as maps:
             corpus_pass(
                 store,
-                weights,
-                model,
+                as_loaded(model, weights),
                 maps,
                 NormsSettings(batch_size=3, spearman_sample_size=10, seed=0, max_rel_residual=1e-4),
             )
@@ -135,8 +135,7 @@ def test_top_k_maps_are_the_whole_maps_top_k(tmp_path, family):
         with HiddenStates(store_path) as store, atomic_h5(tmp_path / f"maps{k}.h5") as maps:
             corpus_pass(
                 store,
-                weights,
-                model,
+                as_loaded(model, weights),
                 maps,
                 NormsSettings(
                     batch_size=3,
@@ -238,9 +237,9 @@ def test_bottom_k_sample_keeps_smallest_keys():
 SAMPLE_PEAK = """
 import sys, torch
 from attnscope.core.streaming import BottomKSample
-from attnscope.pipeline import runlog
-runlog.keep_freed_memory()  # the allocator settings of a layer-streamed norms job
-runlog.release_freed_memory()
+from attnscope.model import allocator
+allocator.keep_freed_memory()  # the allocator settings of a layer-streamed norms job
+allocator.release_freed_memory()
 def peak():
     return int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) * 1024
 size, batches = int(sys.argv[1]), int(sys.argv[2])
@@ -338,8 +337,7 @@ def test_decomposition_check_covers_every_batch(tmp_path):
     with HiddenStates(store_path) as store, atomic_h5(tmp_path / "maps.h5") as maps:
         _, residual = corpus_pass(
             store,
-            weights,
-            model,
+            as_loaded(model, weights),
             maps,
             NormsSettings(batch_size=2, spearman_sample_size=10, seed=0, max_rel_residual=1e-4),
         )
@@ -369,8 +367,7 @@ def test_tables_match_transformers(tmp_path, family):
         categories, lengths = store.category, store.lengths
         acc, residual = corpus_pass(
             store,
-            canonical_weights(model),
-            model,
+            as_loaded(model, canonical_weights(model)),
             maps,
             NormsSettings(batch_size=2, spearman_sample_size=10**6, seed=0, max_rel_residual=1e-4),
         )
@@ -472,8 +469,7 @@ def test_figures_draw_from_tables(tmp_path):
     with HiddenStates(store_path) as store, atomic_h5(tmp_path / "maps.h5") as maps:
         acc, _ = corpus_pass(
             store,
-            weights,
-            model,
+            as_loaded(model, weights),
             maps,
             NormsSettings(batch_size=3, spearman_sample_size=100, seed=0, max_rel_residual=1e-4),
         )
@@ -510,8 +506,7 @@ def analyse_tiny_store(store_path, model, weights=None, max_rel_residual=1e-4):
     with HiddenStates(store_path) as store, atomic_h5(store_path.with_suffix(".maps.h5")) as maps:
         acc, _ = corpus_pass(
             store,
-            weights or canonical_weights(model),
-            model,
+            as_loaded(model, weights or canonical_weights(model)),
             maps,
             NormsSettings(
                 batch_size=2, spearman_sample_size=10**6, seed=0, max_rel_residual=max_rel_residual

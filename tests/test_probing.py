@@ -265,7 +265,7 @@ RELATIONS = ["det", "nsubj", "obj", "amod:x"]
 
 def tiny_corpus(tmp_path, family, seed=3):
     """A tiny store whose words span 1-2 pieces, with random gold trees and GAP mentions."""
-    from attnscope.pipeline.extract import ExtractSettings, extract
+    from attnscope.model.extract import ExtractSettings, extract
     from conftest import write_tiny_encoded
 
     model = tiny_model(family)

@@ -37,6 +37,7 @@ from attnscope.maps.propagation import (
     source_chunk,
     token_split,
 )
+from attnscope.model.loaded import as_loaded
 from conftest import (
     CLASSIC,
     DECODERS,
@@ -398,7 +399,7 @@ def run_depth(
     scopes = ("AttnRes-w", "AttnResLn", stream_scope(weights.layers[0].plan))
     settings = MixingSettings(batch_size=3, ig_steps=0, max_rel_residual=1e-4)
     with HiddenStates(path) as store, atomic_h5(tmp_path / "maps.h5") as maps:
-        corpus_pass(store, weights, model, maps, settings)
+        corpus_pass(store, as_loaded(model, weights), maps, settings)
     settings = replace(
         settings,
         memory_budget_mb=budget_mb,
@@ -418,7 +419,7 @@ def run_depth(
         h5py.File(tmp_path / "maps.h5", "r") as maps,
         atomic_h5(tmp_path / "propagated.h5") as out,
     ):
-        result = depth_pass(store, weights, model, out, maps, prediction, settings)
+        result = depth_pass(store, as_loaded(model, weights), out, maps, prediction, settings)
     return (
         path,
         model,

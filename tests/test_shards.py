@@ -18,7 +18,8 @@ from attnscope.analyses.weights.statistics import accumulate_statistics
 from attnscope.architectures import canonical_weights
 from attnscope.core.store import HiddenStates, atomic_h5
 from attnscope.core.streaming import BottomKSample, merged
-from attnscope.pipeline.extract import ExtractSettings, extract
+from attnscope.model.extract import ExtractSettings, extract
+from attnscope.model.loaded import as_loaded
 from attnscope.pipeline.shards import (
     ShardError,
     gather_maps,
@@ -71,12 +72,12 @@ def run(analyse, tmp_path, family, name, layers=None, ragged=True):
 def norms(store, weights, model, maps, layers):
     # a sample smaller than the stream: the merge must keep the smallest keys of the shards
     settings = NormsSettings(batch_size=3, spearman_sample_size=40, seed=3, max_rel_residual=1e-4)
-    return norms_corpus(store, weights, model, maps, settings, layers=layers)
+    return norms_corpus(store, as_loaded(model, weights), maps, settings, layers=layers)
 
 
 def mixing(store, weights, model, maps, layers):
     settings = MixingSettings(batch_size=3, ig_steps=0, max_rel_residual=1e-4)
-    return mixing_corpus(store, weights, model, maps, settings, layers=layers)
+    return mixing_corpus(store, as_loaded(model, weights), maps, settings, layers=layers)
 
 
 def weights(store, weights, model, maps, layers):  # writes no maps
@@ -159,7 +160,7 @@ def norms_full_sample(store, weights, model, maps, layers):
     """The norms with a sample larger than the stream: it keeps every pair, the shard's
     largest accumulator."""
     settings = NormsSettings(3, spearman_sample_size=10**6, seed=3, max_rel_residual=1e-4)
-    return norms_corpus(store, weights, model, maps, settings, layers=layers)
+    return norms_corpus(store, as_loaded(model, weights), maps, settings, layers=layers)
 
 
 # the settings of each family's run above, as the config's analyses block would hold them

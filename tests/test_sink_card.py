@@ -37,8 +37,8 @@ from attnscope.architectures import canonical_weights, prediction_head
 from attnscope.core.forward_from_layer import forward_from_layer, next_token_loss
 from attnscope.core.store import TOKEN_ARRAYS, HiddenStates
 from attnscope.core.tokens import CLS, OTHER, PAD, PUNCT, SEP
-from attnscope.pipeline.extract import ExtractSettings, extract
-from attnscope.pipeline.models import open_model
+from attnscope.model.extract import ExtractSettings, extract
+from attnscope.model.loaded import open_model
 from conftest import tiny_model, write_tiny_encoded, write_tiny_model_run, write_tiny_store
 
 

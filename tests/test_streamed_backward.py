@@ -9,8 +9,8 @@ from attnscope.analyses.weights.settings import GradientSettings
 from attnscope.analyses.weights.streamed_backward import streamed_gradient_importance
 from attnscope.architectures import prediction_head
 from attnscope.core.store import HiddenStates
-from attnscope.pipeline.extract import ExtractSettings, extract
-from attnscope.pipeline.streamed_weights import streamed_head, streamed_model
+from attnscope.model.extract import ExtractSettings, extract
+from attnscope.model.streamed_weights import streamed_head, streamed_model
 from conftest import tiny_model, write_tiny_encoded
 
 MASK_ID = 5  # any id of the tiny vocabularies stands in for [MASK]

@@ -27,8 +27,8 @@ from attnscope.analyses.weights.statistics import attention_statistics
 from attnscope.architectures import ModelLayer, canonical_weights
 from attnscope.core.store import HiddenStates
 from attnscope.maps.prediction import model_logits, stored_logits
-from attnscope.pipeline.models import open_model
-from attnscope.pipeline.streamed_weights import KEEP
+from attnscope.model.loaded import as_loaded, open_model
+from attnscope.model.streamed_weights import KEEP
 from conftest import CLASSIC, DECODERS, write_tiny_encoded, write_tiny_model_run
 
 
@@ -55,7 +55,7 @@ def test_streamed_canonical_weights_equal_the_whole_models(tmp_path, family):
     whole = canonical_weights(model)
     loaded = open_model(manifest, loading="layer-streamed")
     streamed = loaded.weights
-    assert loaded.model.config.model_type == model.config.model_type
+    assert loaded.module.config.model_type == model.config.model_type
     assert streamed.layers.reads == 0
     assert [layer.W_Q.device.type for layer in streamed.outline] == ["meta"] * whole.n_layers
     assert (streamed.n_layers, streamed.n_heads, streamed.d_head) == (
@@ -90,16 +90,14 @@ def run_analyses(store: Path, model, weights, out: Path) -> dict:
     with HiddenStates(store) as states, h5py.File(out / "norms.h5", "w") as maps:
         norms, norms_check = norms_corpus(
             states,
-            weights,
-            model,
+            as_loaded(model, weights),
             maps,
             NormsSettings(batch_size=3, spearman_sample_size=50, seed=0, max_rel_residual=1e-3),
         )
     with HiddenStates(store) as states, h5py.File(out / "mixing.h5", "w") as maps:
         mixing = mixing_corpus(
             states,
-            weights,
-            model,
+            as_loaded(model, weights),
             maps,
             MixingSettings(batch_size=3, ig_steps=0, max_rel_residual=1e-2, maps_dtype="float32"),
         )
@@ -126,8 +124,8 @@ def test_analyses_on_the_streamed_model_equal_the_whole_models(tmp_path, family)
     streamed = open_model(manifest, loading="layer-streamed")
     (tmp_path / "whole").mkdir()
     (tmp_path / "streamed").mkdir()
-    want = run_analyses(store, whole.model, whole.weights, tmp_path / "whole")
-    got = run_analyses(store, streamed.model, streamed.weights, tmp_path / "streamed")
+    want = run_analyses(store, whole.module, whole.weights, tmp_path / "whole")
+    got = run_analyses(store, streamed.module, streamed.weights, tmp_path / "streamed")
     analyses = 3  # each walks the 4 layers in order, reading each once
     assert streamed.weights.layers.reads == analyses * model.config.num_hidden_layers == 12
     for name, table in want.items():
@@ -185,7 +183,7 @@ def test_a_layer_handle_runs_its_own_module_layer_whatever_was_read_since(tmp_pa
     layer 0's module on the layer-streamed route) equals the whole model's layer-0 output."""
     store, model, manifest = write_tiny_model_run(tmp_path, family)
     loaded = open_model(manifest, loading="layer-streamed")
-    first = ModelLayer(loaded.model, loaded.weights, 0)
+    first = ModelLayer(loaded.module, loaded.weights, 0)
     loaded.weights.layers[1]  # another layer read: layer 0's module goes back to meta
     with HiddenStates(store) as states:
         batch = next(states.batches(0, 3, "cpu"))
@@ -213,8 +211,7 @@ def test_at_most_keep_layers_are_held(tmp_path):
     with HiddenStates(store) as states, h5py.File(tmp_path / "maps.h5", "w") as maps:
         mixing_corpus(
             states,
-            loaded.weights,
-            loaded.model,
+            loaded,
             maps,
             MixingSettings(batch_size=3, ig_steps=4, max_rel_residual=1e-2, maps_dtype="float32"),
         )
@@ -230,17 +227,19 @@ from attnscope.analyses.mixing.settings import MixingSettings
 from attnscope.analyses.norms.corpus_pass import corpus_pass as norms
 from attnscope.analyses.norms.settings import NormsSettings
 if sys.argv[4] == "streamed":
-    from attnscope.pipeline.streamed_weights import streamed_model
+    from attnscope.model.streamed_weights import streamed_model
     model, weights = streamed_model(sys.argv[1])
 else:
     from attnscope.architectures import ModelLayer, canonical_weights, load_model
     model = load_model(sys.argv[1])
     weights = canonical_weights(model)
+from attnscope.model.loaded import as_loaded
+loaded = as_loaded(model, weights)
 with HiddenStates(sys.argv[2]) as store, h5py.File(sys.argv[3] + "-norms.h5", "w") as maps:
-    norms(store, weights, model, maps, NormsSettings(2, spearman_sample_size=50, seed=0,
-                                                     max_rel_residual=1e-3))
+    norms(store, loaded, maps, NormsSettings(2, spearman_sample_size=50, seed=0,
+                                             max_rel_residual=1e-3))
 with HiddenStates(sys.argv[2]) as store, h5py.File(sys.argv[3] + "-mixing.h5", "w") as maps:
-    mixing(store, weights, model, maps, MixingSettings(2, ig_steps=4, max_rel_residual=1e-2))
+    mixing(store, loaded, maps, MixingSettings(2, ig_steps=4, max_rel_residual=1e-2))
 print(int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]))
 """
 
@@ -255,7 +254,7 @@ def test_streamed_analyses_peak_memory_does_not_grow_with_depth(tmp_path):
     one here; see the README)."""
     from transformers import BertConfig, BertModel
 
-    from attnscope.pipeline.extract import ExtractSettings, extract_streamed
+    from attnscope.model.extract import ExtractSettings, extract_streamed
 
     encoded = write_tiny_encoded(tmp_path / "encoded.h5", "bert", batch=4, length=16)
     peaks = {}
@@ -307,9 +306,9 @@ def headed_run(tmp_path, family: str, loaded, name: str, batch_size: int = 3):
         h5py.File(tmp_path / "whole" / "mixing.h5", "r") as maps,
         atomic_h5(tmp_path / name / "propagated.h5") as out,
     ):
-        result = depth_pass(states, loaded.weights, loaded.model, out, maps, prediction, settings)
+        result = depth_pass(states, loaded, out, maps, prediction, settings)
         page = sequence_page(
-            states, 1, loaded.weights, loaded.model, Tokens(),
+            states, 1, loaded, Tokens(),
             ViewsSettings(scopes=True, ig_steps=0, top_k=5, max_rel_residual=1e-4),
             prediction=prediction,
         )  # fmt: skip
@@ -345,8 +344,7 @@ def test_propagation_and_views_on_the_streamed_model_equal_the_whole_models(tmp_
     with HiddenStates(store) as states, h5py.File(tmp_path / "whole" / "mixing.h5", "w") as maps:
         mixing_corpus(
             states,
-            whole.weights,
-            whole.model,
+            whole,
             maps,
             MixingSettings(batch_size=3, ig_steps=0, max_rel_residual=1e-4, maps_dtype="float32"),
         )
@@ -367,3 +365,31 @@ def test_propagation_and_views_on_the_streamed_model_equal_the_whole_models(tmp_
     assert "prediction/logit" in want_page.arrays
     for key, values in want_page.arrays.items():
         np.testing.assert_allclose(got_page.arrays[key], values, rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_a_layer_handle_loads_its_layer_explicitly():
+    """Issue 49, item 1: before running the module, a layer handle loads its layer by name
+    (`StreamedLayers.load`), with no read of `layers[index]` kept for its side effect."""
+    from types import SimpleNamespace
+
+    from attnscope.architectures import ModelLayer
+
+    class Layers(list):
+        def __init__(self):
+            super().__init__(["layer 0", "layer 1"])
+            self.calls = []
+
+        def __getitem__(self, index):
+            self.calls.append(("read", index))
+            return super().__getitem__(index)
+
+        def load(self, index):
+            self.calls.append(("load", index))
+
+    layers = Layers()
+    model = SimpleNamespace(config=SimpleNamespace(model_type="bert"))
+    handle = ModelLayer(model, SimpleNamespace(layers=layers), 1)
+    handle.architecture = SimpleNamespace(attention_output=lambda m, index, X, mask: (index, X))
+    layers.calls.clear()
+    assert handle.attention_output("X", None) == (1, "X")
+    assert layers.calls == [("load", 1)]

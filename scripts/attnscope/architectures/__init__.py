@@ -67,8 +67,9 @@ class ModelLayer:
     form, and `attention_output`, the module's own attention block, which every
     decomposition is checked against. On the layer-streamed route (`streamed_weights`) reading
     a layer's canonical form loads its module and unloads the layer read before; the handle
-    reads its layer again before running the module, so its output is the layer's whatever
-    was read since (a no-op where the layer is loaded)."""
+    loads its layer (`StreamedLayers.load`) before running the module, so its output is the
+    layer's whatever was read since (a no-op where the layer is loaded). `LoadedModel.layer`
+    hands these out."""
 
     def __init__(self, model, weights: CanonicalModel, index: int):
         self.model, self.index, self.layers = model, index, weights.layers
@@ -77,7 +78,9 @@ class ModelLayer:
 
     def attention_output(self, X, mask):
         """The module's attention output for layer inputs X [B, n, d], mask [B, n].  [B, n, d]"""
-        self.layers[self.index]  # loads the module's layer where another was read since
+        load = getattr(self.layers, "load", None)  # layers read on use (`StreamedLayers`)
+        if load is not None:
+            load(self.index)  # the module's layer, where another was read since
         return self.architecture.attention_output(self.model, self.index, X, mask)
 
 

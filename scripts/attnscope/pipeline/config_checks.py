@@ -16,14 +16,15 @@ from attnscope.architectures import StreamingUnavailableError, architecture, che
 from attnscope.core.layer_selection import LayerSelectionError, selected_layers, whole_model
 from attnscope.data.corpora import KINDS as CORPUS_KINDS
 from attnscope.data.corpora.characters import visible
-from attnscope.pipeline import gguf, outputs
-from attnscope.pipeline.models import (
+from attnscope.model import gguf
+from attnscope.model.sources import (
     local_gguf,
     local_model_config,
     local_model_folder,
     require_tokenizer,
     require_weights,
 )
+from attnscope.pipeline import outputs
 from attnscope.pipeline.outputs import Family
 from attnscope.pipeline.user_config import corpus_for_model, cut_to_context
 

@@ -24,7 +24,6 @@ once encoded; a corpus of all its data (`n_sequences: 0`) is sized when it is en
 from __future__ import annotations
 
 import functools
-import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,35 +31,24 @@ from pathlib import Path
 from attnscope.architectures import architecture
 from attnscope.core.layer_selection import selected_layers, stored_states, whole_model
 from attnscope.data.corpora import KINDS as CORPUS_KINDS
-from attnscope.pipeline.models import local_model_config, pending_dequantisation
+from attnscope.model.disk_space import (
+    DiskSpaceError,
+    free_bytes,
+    hidden_state_bytes,
+    readable,
+)
+from attnscope.model.sources import local_model_config, pending_dequantisation
 from attnscope.pipeline.outputs import Family, ModelShape
 from attnscope.pipeline.shards import shard_layers
 from attnscope.pipeline.user_config import corpus_for_model, cut_to_context
 
-ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
-GB = 1e9
 PART_ALLOWANCE = 2**16  # bytes per `{shard}.pkl` beyond its arrays: small tables, pickle framing
-
-
-class DiskSpaceError(OSError):
-    """The results folder's disk lacks the space the run's stores need."""
 
 
 @dataclass(frozen=True)
 class PlannedFile:
     path: Path
     size: int | None  # bytes; None: the corpus is sized once encoded
-
-
-def hidden_state_bytes(
-    n_states: int, n_sequences: int, length: int, d_model: int, dtype: str, chunk: int = 0
-) -> int:
-    """Bytes of hidden_states.h5's states at most: n_states x [N, length, d] (n_layers + 1
-    states, fewer with a subset of `layers:`), each
-    sequence's positions rounded up to whole chunks of `chunk` positions when given (HDF5
-    stores whole chunks; the chunk is known once the corpus is encoded)."""
-    positions = -(-length // chunk) * chunk if chunk else length
-    return n_states * n_sequences * positions * d_model * ITEMSIZE[dtype]
 
 
 def corpus_sequences(
@@ -215,19 +203,6 @@ def planned_files(config: dict, families: dict[str, Family], results: Path) -> l
     return planned
 
 
-def readable(size: float) -> str:
-    """Bytes as GB, or MB below 1 GB."""
-    return f"{size / GB:.2f} GB" if size >= GB else f"{size / 1e6:.1f} MB"
-
-
-def free_bytes(results: Path) -> int:
-    """Free bytes on the disk that holds `results` (or would, once created)."""
-    path = results.resolve()
-    while not path.exists():
-        path = path.parent
-    return shutil.disk_usage(path).free
-
-
 def check_disk_space(
     config: dict,
     families: dict[str, Family],
@@ -271,13 +246,3 @@ def check_disk_space(
             + (f"; not yet sized: {', '.join(unsized)}" if unsized else "")
         )
     return total
-
-
-def require_space(path: str | Path, size: int) -> None:
-    """Before a job writes `size` bytes at `path`: raise DiskSpaceError if its disk lacks them."""
-    free = free_bytes(Path(path).parent)
-    if size > free:
-        raise DiskSpaceError(
-            f"{path} needs up to {readable(size)}, but its disk has {readable(free)} free; "
-            "free space, or store less: fewer n_sequences, dtype: float16 or bfloat16"
-        )

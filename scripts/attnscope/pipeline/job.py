@@ -12,13 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
 
+from attnscope.model.loaded import LoadedModel, open_model
+from attnscope.model.sources import check_model_unchanged, read_manifest
 from attnscope.pipeline import runlog
-from attnscope.pipeline.models import (
-    LoadedModel,
-    check_model_unchanged,
-    open_model,
-    read_manifest,
-)
 
 # the check bounds, read from the configuration: changing one reruns nothing
 BOUNDS = ("max_rel_residual", "depth_rel_residual")
@@ -43,7 +39,7 @@ class Job:
         `hidden_states` input came from other weights."""
         return open_model(
             self.input.manifest,
-            "cpu" if on_cpu else self.config["device"],
+            "cpu" if on_cpu else self.device,
             self.log,
             hidden_states=self.input.get("hidden_states"),
             with_head=with_head,
@@ -52,8 +48,16 @@ class Job:
         )
 
     @cached_property
+    def device(self) -> str:
+        """The configured `device` resolved, once per job (`devices.pick_device`): the device
+        of the job's model and of its settings."""
+        from attnscope.model.devices import pick_device
+
+        return pick_device(self.config["device"])
+
+    @cached_property
     def manifest(self) -> dict:
-        """The manifest of the job's model (`models.build_manifest`), read without loading
+        """The manifest of the job's model (`sources.build_manifest`), read without loading
         it; refused (ModelChangedError) when the model's files changed since it was written."""
         manifest = read_manifest(self.input.manifest)
         check_model_unchanged(manifest, self.input.manifest)
@@ -76,9 +80,7 @@ class Job:
         none; but `max_rel_residual` and `depth_rel_residual` are the bounds (`bound`) of the
         class attribute
         `bound_family`, else `family`, and `memory_budget_mb` and `device` (resolved:
-        `models.pick_device`) come from the configuration: changing them reruns nothing."""
-        from attnscope.pipeline.models import pick_device
-
+        `devices.pick_device`) come from the configuration: changing them reruns nothing."""
         given = {}
         for field in dataclasses.fields(kind):
             if field.name in BOUNDS:
@@ -87,7 +89,7 @@ class Job:
             elif field.name == "memory_budget_mb":
                 given[field.name] = self.config["memory_budget_mb"]
             elif field.name == "device":
-                given[field.name] = pick_device(self.config["device"])
+                given[field.name] = self.device
             elif hasattr(self.params, field.name):
                 given[field.name] = getattr(self.params, field.name)
         return kind(**given)

@@ -26,10 +26,11 @@ from dataclasses import dataclass
 
 from attnscope.architectures import architecture
 from attnscope.core.layer_selection import whole_model
+from attnscope.model.disk_space import readable
+from attnscope.model.sources import local_model_config
 from attnscope.pipeline import outputs
-from attnscope.pipeline.disk_estimate import corpus_readers, model_shape, readable
+from attnscope.pipeline.disk_estimate import corpus_readers, model_shape
 from attnscope.pipeline.job_memory import Memory, Sizes, vocabulary_bytes
-from attnscope.pipeline.models import local_model_config
 from attnscope.pipeline.outputs import Family
 from attnscope.pipeline.user_config import corpus_for_model, cut_to_context
 

@@ -43,7 +43,7 @@ from attnscope.core.attention import (
     queries_keys,
     value_vectors,
 )
-from attnscope.core.canonical import CanonicalModel, rotary_bands
+from attnscope.core.canonical import rotary_bands
 from attnscope.core.checks import ResidualLog, residual
 from attnscope.core.store import HiddenStates
 from attnscope.maps.attend import (
@@ -53,14 +53,14 @@ from attnscope.maps.attend import (
     layer_split,
     qk_split,
 )
+from attnscope.model.loaded import LoadedModel
 
 FIRST_STAGES = ("state", "attention output", "lift", "lift pairs")
 
 
 def corpus_pass(
     store: HiddenStates,
-    weights: CanonicalModel,
-    model,
+    loaded: LoadedModel,
     settings: AttendSettings,
     log: logging.Logger | None = None,
     directions: tuple[int, ...] = (),
@@ -73,7 +73,7 @@ def corpus_pass(
     residuals = ResidualLog(settings.max_rel_residual, log, "attend")
     for s in range(min(settings.sequences, store.n_sequences)):
         with torch.no_grad():
-            sequence_pass(store, s, weights, model, settings, sums, residuals)
+            sequence_pass(store, s, loaded, settings, sums, residuals)
         if log:
             log.info("sequence %d: %d pieces", s, store.lengths[s])
     table = residuals.table()
@@ -87,10 +87,11 @@ def _stored(store: HiddenStates, state: int, s: int, n: int, device: str):
     return torch.from_numpy(store.hidden(state, s, s + 1)[0, :n]).to(device)
 
 
-def sequence_pass(store, s, weights, model, settings, sums: LiftSums, residuals) -> None:
+def sequence_pass(store, s, loaded: LoadedModel, settings, sums: LiftSums, residuals) -> None:
     """Carry sequence `s` through every layer, adding the analysed layers' lifts to `sums`.
     `settings.component_window` w > 0: at each layer l the components of layers l - w .. l - 1
     are kept head by head and those of every earlier layer merged (`_Split.grouped`)."""
+    weights = loaded.weights
     arch, device, window = (
         architecture(weights.model_type),
         settings.device,
@@ -101,7 +102,7 @@ def sequence_pass(store, s, weights, model, settings, sums: LiftSums, residuals)
         name: torch.from_numpy(getattr(store, name)[s : s + 1, :n].astype("int64")).to(device)
         for name in ("input_ids", "attention_mask", "token_type_ids")
     }
-    inputs = arch.model_inputs(model, **arrays)
+    inputs = arch.model_inputs(loaded.module, **arrays)
     mask = arrays["attention_mask"]
     pieces = {"category": store.category[s, :n], "ids": store.input_ids[s, :n]}
     pieces = {name: torch.from_numpy(v.astype("int64")).to(device) for name, v in pieces.items()}
@@ -110,7 +111,7 @@ def sequence_pass(store, s, weights, model, settings, sums: LiftSums, residuals)
     X = split.total() if X is None else X
     last = max(store.layers)  # no layer after the last analysed one is read
     for m in range(last + 1):
-        handle = ModelLayer(model, weights, m)
+        handle = loaded.layer(m)
         layer = handle.weights
         residuals.record(m + 1, "state", *residual(split.total()[None], X[None], mask))
         if m in store.layers:

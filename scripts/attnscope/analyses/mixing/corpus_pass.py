@@ -23,11 +23,11 @@ from attnscope.analyses.mixing.statistics import (
     weight_mixing_ratio,
 )
 from attnscope.core.attention import layer_visible_pairs
-from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
 from attnscope.maps.layer_decomposition import SCOPES, WEIGHT_SCOPES
 from attnscope.maps.layer_maps import LayerBatch, layer_scope_maps
+from attnscope.model.loaded import LoadedModel
 
 
 @dataclass
@@ -39,8 +39,7 @@ class MixingResult:
 
 def corpus_pass(
     store: HiddenStates,
-    weights: CanonicalModel,
-    model,
+    loaded: LoadedModel,
     maps: h5py.File,
     settings: MixingSettings,
     log: logging.Logger | None = None,
@@ -57,6 +56,7 @@ def corpus_pass(
     float32 and keeps it) and the FF split's completeness against g(U) W_out + b_out; a
     relative residual above `max_rel_residual` raises `checks.CheckError`.
     """
+    weights, model = loaded.weights, loaded.module
     N, L = store.n_sequences, store.length
     batch_size, device, ig_steps = settings.batch_size, settings.device, settings.ig_steps
     maps.attrs["scopes"] = list(SCOPES)

@@ -22,13 +22,13 @@ from attnscope.analyses.mixing.rollout import RolloutRSA, rollout_step
 from attnscope.analyses.mixing.settings import MixingSettings
 from attnscope.analyses.mixing.statistics import MixingRatios, mixing_ratio_of
 from attnscope.core.attention import visible_pairs
-from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
 from attnscope.core.tables import not_applicable
 from attnscope.maps.prediction import LogitSplit, Prediction, prediction_frame
 from attnscope.maps.propagation import LayerSplit, StageCheck, propagate
 from attnscope.maps.storage import MapDataset
+from attnscope.model.loaded import LoadedModel
 
 MEASURES = ("mixing_ratio", "bias_share")
 
@@ -43,8 +43,7 @@ class PropagationResult:
 
 def depth_pass(
     store: HiddenStates,
-    weights: CanonicalModel,
-    model,
+    loaded: LoadedModel,
     propagated: h5py.File,
     layer_maps: h5py.File,
     prediction: Prediction,
@@ -58,6 +57,7 @@ def depth_pass(
     working memory of one chunk of input tokens carried through the depth
     (`propagation.propagate`); `settings.propagated_top_k` k > 0: `{layer}` keeps each row's k
     largest entries (`maps.storage`)."""
+    weights, model = loaded.weights, loaded.module
     device, ig_steps = settings.device, settings.ig_steps
     outputs = _LayerOutputs(store, weights, propagated, layer_maps, settings)
     residuals = ResidualLog(settings.depth_rel_residual, log, "propagation")

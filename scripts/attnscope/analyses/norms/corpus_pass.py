@@ -19,7 +19,6 @@ import torch
 from attnscope.analyses.norms.settings import NormsSettings
 from attnscope.analyses.norms.sinks import sink_rows
 from attnscope.analyses.norms.statistics import NormsAccumulator
-from attnscope.architectures import ModelLayer
 from attnscope.core.attention import (
     attention_input,
     attention_output,
@@ -27,23 +26,23 @@ from attnscope.core.attention import (
     value_vectors,
     visible_pairs,
 )
-from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
 from attnscope.maps.head_norms import head_summed_norms
 from attnscope.maps.storage import MapDataset
+from attnscope.model.loaded import LoadedModel
 
 
 def corpus_pass(
     store: HiddenStates,
-    weights: CanonicalModel,
-    model,
+    loaded: LoadedModel,
     maps: h5py.File,
     settings: NormsSettings,
     log: logging.Logger | None = None,
     layers: list[int] | None = None,
 ) -> tuple[NormsAccumulator, pd.DataFrame]:
-    """Stream the store layer by layer; return the accumulator and the residual table.
+    """Stream the store layer by layer through the `loaded` model's layers (`LoadedModel.layer`);
+    return the accumulator and the residual table.
 
     `layers` (0-based; None: all): a layer shard's layers. Its accumulator holds their rows
     only (and the last state's, if the last layer is among them), to be `merged` with the
@@ -58,7 +57,7 @@ def corpus_pass(
     (`Architecture.attention_output`); a relative residual above `max_rel_residual` raises
     `checks.CheckError`. The residual table has `checks.ResidualLog`'s columns.
     """
-    batch_size, device = settings.batch_size, settings.device
+    batch_size, device, weights = settings.batch_size, settings.device, loaded.weights
     acc = NormsAccumulator(
         weights.n_layers, weights.n_heads, settings.spearman_sample_size, settings.seed
     )
@@ -68,7 +67,7 @@ def corpus_pass(
     residuals = ResidualLog(settings.max_rel_residual, log, "norms")
     layers = range(weights.n_layers) if layers is None else layers
     for l in layers:
-        handle = ModelLayer(model, weights, l)
+        handle = loaded.layer(l)
         layer = handle.weights
         dataset = MapDataset(maps, f"maps/{l + 1}", N, L, settings.maps_dtype, settings.maps_top_k)
         for batch in store.batches(l, batch_size, device):

@@ -52,7 +52,6 @@ from attnscope.core.attention import (
     value_vectors,
     visible_pairs,
 )
-from attnscope.core.canonical import CanonicalModel
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
 from attnscope.core.tokens import CATEGORY_NAMES, SEP, VISIBLE_WHITESPACE, piece_labels
@@ -64,6 +63,7 @@ from attnscope.maps.layer_maps import LayerBatch, layer_scope_maps
 from attnscope.maps.prediction import LogitSplit, Prediction
 from attnscope.maps.propagation import LayerSplit, StageCheck, propagate
 from attnscope.maps.scopes import PROPAGATED
+from attnscope.model.loaded import LoadedModel
 
 WHY_KEYS, WHY_PAIRS = 1, 3  # keys per query row, component pairs per (query, key)
 
@@ -107,8 +107,7 @@ def top_k_rows(values: torch.Tensor, k: int) -> tuple[np.ndarray, np.ndarray]:
 def sequence_page(
     store: HiddenStates,
     index: int,
-    weights: CanonicalModel,
-    model,
+    loaded: LoadedModel,
     tokenizer,
     settings: ViewsSettings,
     log: logging.Logger | None = None,
@@ -116,8 +115,9 @@ def sequence_page(
 ) -> Page:
     """The page of sequence `index` of `store` (0-based) by `settings` (scopes, ig_steps,
     top_k, max_rel_residual, device); the prediction row needs `settings.scopes` and a
-    `prediction` with an LM head. `model` is the loaded model's module, on the meta
-    device but for the layer in use on the layer-streamed route."""
+    `prediction` with an LM head. `loaded`'s module is on the meta device but for the
+    layer in use on the layer-streamed route."""
+    weights, model = loaded.weights, loaded.module
     scopes, ig_steps, top_k = settings.scopes, settings.ig_steps, settings.top_k
     device = settings.device
     n = int(store.lengths[index])
@@ -163,7 +163,7 @@ def sequence_page(
     alpha_error = 0.0
     if scopes:  # why each head attends: the logits split by component, layer by layer
         with torch.no_grad():
-            split, why = why_start(store, index, n, weights, model, device), []
+            split, why = why_start(store, index, n, loaded, device), []
     for l, layer in enumerate(weights.layers):
         X = torch.from_numpy(store.hidden(l, index, index + 1)[:, :n]).to(device)
         with torch.no_grad():
@@ -203,7 +203,7 @@ def sequence_page(
             logits = LogitSplit(weights, store, batch, prediction, ig_steps)
         # through the whole depth: the float32 forward's rounding drift grows with it
         depth = ResidualLog(settings.depth_rel_residual, log, "views through the depth")
-        add_propagated(page, store, index, weights, model, settings, depth, logits)
+        add_propagated(page, store, index, loaded, settings, depth, logits)
         add_prediction(page, logits, depth, tokenizer)
     page.header["alpha_max_error"] = alpha_error
     page.header["max_rel_residual"] = None
@@ -213,13 +213,14 @@ def sequence_page(
     return page
 
 
-def why_start(store, index: int, n: int, weights, model, device):
+def why_start(store, index: int, n: int, loaded: LoadedModel, device):
     """The embedding output of sequence `index` split by component (`maps.attend`)."""
     arrays = {
         name: torch.from_numpy(getattr(store, name)[index : index + 1, :n].astype("int64"))
         for name in ("input_ids", "attention_mask", "token_type_ids")
     }
-    inputs = architecture(weights.model_type).model_inputs(model, **arrays)
+    weights = loaded.weights
+    inputs = architecture(weights.model_type).model_inputs(loaded.module, **arrays)
     return embedding_split(weights, {k: v.to(device) for k, v in inputs.items()}, True)
 
 
@@ -265,11 +266,12 @@ def why_layer(split, X: torch.Tensor, mask, layer, l: int, residuals):
     return keys, torch.stack(pairs), torch.stack(values)
 
 
-def add_propagated(page, store, index, weights, model, settings, residuals, logits):
+def add_propagated(page, store, index, loaded: LoadedModel, settings, residuals, logits):
     """`Propagated/{l}/key|value`: the `settings.top_k` input tokens j of ||p_{l, i<-j}|| per
     token i, the split carried from the embeddings (`propagation.propagate`, checked like the
     mixing family's, by `settings.ig_steps`). The last state's chunks go to `logits` (a
     `LogitSplit`, or None)."""
+    weights, model = loaded.weights, loaded.module
     ig_steps, top_k, device = settings.ig_steps, settings.top_k, settings.device
     n = page.header["n"]
     mask = torch.ones(1, n, dtype=torch.long, device=device)

@@ -20,7 +20,7 @@ from attnscope.analyses.weights.settings import GradientSettings
 from attnscope.core import files
 from attnscope.core.canonical import CanonicalModel, PredictionHead
 from attnscope.core.store import TOKEN_ARRAYS, HiddenStates
-from attnscope.pipeline.extract import ExtractSettings, extract_streamed
+from attnscope.model.extract import ExtractSettings, extract_streamed
 
 
 def streamed_gradient_importance(

@@ -26,7 +26,7 @@ import torch
 
 from attnscope.architectures import canonical_layer, canonical_weights, prediction_head
 from attnscope.core.canonical import CanonicalLayer, CanonicalModel, PredictionHead
-from attnscope.pipeline.layer_stream import LayerStream
+from attnscope.model.layer_stream import LayerStream
 
 KEEP = 1  # layers whose matrices are held: the one analysed
 
@@ -46,7 +46,11 @@ class StreamedLayers(Sequence):
     def __getitem__(self, index):
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
-        layer = range(len(self))[index]  # IndexError past the end ends iteration
+        return self.load(range(len(self))[index])  # IndexError past the end ends iteration
+
+    def load(self, layer: int) -> CanonicalLayer:
+        """Layer `layer`'s canonical form, its module loaded: read from the checkpoint unless
+        held, the layer held longest unloaded first (KEEP are held)."""
         if layer not in self.held:
             while len(self.held) >= KEEP:
                 oldest, _ = self.held.popitem(last=False)

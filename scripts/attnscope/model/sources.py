@@ -8,7 +8,7 @@ Sources (config `models:`):
              when that folder exists, else downloaded into resources/models/<name>
     path     a local folder with config.json and weights, or a GGUF file
 
-A GGUF is dequantised once into resources/models/<name> (`attnscope.pipeline.gguf`).
+A GGUF is dequantised once into resources/models/<name> (`attnscope.model.gguf`).
 """
 
 from __future__ import annotations
@@ -18,21 +18,16 @@ import importlib
 import importlib.metadata
 import importlib.util
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 from attnscope.architectures import (
     SAFETENSORS_INDEX,
     architecture,
-    canonical_weights,
     has_mlm_head,
     lm_head_kind,
-    load_model,
-    prediction_head,
 )
-from attnscope.core.canonical import CanonicalModel, PredictionHead
 from attnscope.core.files import sha256_of, write_text
-from attnscope.pipeline import gguf
+from attnscope.model import gguf
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin")
 # Files a tokenizer is built from; a folder needs one of TOKENIZER_SETS complete.
@@ -315,7 +310,7 @@ def check_weight_names_from_headers(folder: Path) -> None:
     them (`load_model`)."""
     from transformers import AutoModel, AutoModelForCausalLM, AutoModelForMaskedLM
 
-    from attnscope.pipeline.layer_stream import check_checkpoint_names
+    from attnscope.model.layer_stream import check_checkpoint_names
 
     if not any((folder / f).is_file() for f in ("model.safetensors", SAFETENSORS_INDEX)):
         return
@@ -471,239 +466,6 @@ def write_manifest(path: str | Path, manifest: dict) -> None:
 
 def read_manifest(path: str | Path) -> dict:
     return json.loads(Path(path).read_text())
-
-
-@dataclass
-class LoadedModel:
-    """What a rule script needs of a model: its manifest, device, module and canonical weights,
-    and its language-model head when asked for and the model has one.
-
-    The loading route (`route`) is this class's business: its methods give the same results
-    on either route, so that no script or analysis chooses an algorithm by route."""
-
-    manifest: dict
-    device: str
-    model: object
-    route: str = "whole-model"  # or layer-streamed (`layer_stream.loading_route`)
-    head: PredictionHead | None = None
-    canonical: CanonicalModel | None = None  # `weights`: given when streamed, else made on use
-
-    @property
-    def weights(self) -> CanonicalModel:
-        """The canonical weights: on the layer-streamed route each layer read when first used;
-        on the whole-model route copied from the module when first asked for (a job that runs
-        the module alone, the gradients' backward, holds no second copy)."""
-        if self.canonical is None:
-            self.canonical = canonical_weights(self.model)
-        return self.canonical
-
-    @property
-    def reference_logits(self):
-        """The logits of a batch that the prediction attribution is checked against
-        (`maps.prediction.ReferenceLogits`): the module's own forward on the whole-model
-        route, the head on the stored last state on the layer-streamed route (no module in
-        memory)."""
-        from functools import partial
-
-        from attnscope.maps.prediction import model_logits, stored_logits
-
-        if self.route == "layer-streamed":
-            return partial(stored_logits, self.head, self.weights)
-        return partial(model_logits, self.model)
-
-    def extract_states(self, encoded_path, out_path, settings, attrs=None, log=None) -> dict:
-        """Store the hidden states of an encoded corpus at `out_path`, the same file on either
-        route: a whole-model forward per batch, or one layer over every batch at a time
-        (`extract.extract`, `extract.extract_streamed`; `settings`: an `ExtractSettings`, its
-        device replaced by the model's)."""
-        from dataclasses import replace
-
-        from attnscope.pipeline import extract
-
-        settings = replace(settings, device=self.device)
-        if self.route == "layer-streamed":
-            return extract.extract_streamed(
-                self.manifest["path"], encoded_path, out_path, settings, attrs, log
-            )
-        return extract.extract(self.model, encoded_path, out_path, settings, attrs, log)
-
-    def layer_blocks(
-        self, store, batch_size: int, block, columns, scratch_folder, limit=None, log=None
-    ):
-        """Each batch's `block(batch, layer)` [r, w_k] of every layer, stacked: [L * r, w_k]
-        float32 on the device, batch after batch (`layer_walks`; `columns`: where each batch's
-        w_k columns start, [batches + 1]). On the whole-model route the layers of one batch are
-        walked together (`layer_walks.by_batch`); on the layer-streamed route each layer over
-        every batch (one layer's weights in memory), the blocks spooled to a float32 scratch
-        file under `scratch_folder` and read back batch by batch (`layer_walks.by_layer`).
-        The spool is the streamed route's alone: on the whole model it would cost disk (4.7
-        GB for MiniLM's 992 x 128 corpus in the JS distances) and time, and change nothing."""
-        from attnscope.pipeline import layer_walks
-
-        layers, batches = self.weights.layers, layer_walks.Batches(batch_size, self.device, limit)
-        if self.route == "layer-streamed":
-            return layer_walks.by_layer(store, layers, batches, block, columns, scratch_folder, log)
-        return layer_walks.by_batch(store, layers, batches, block)
-
-    def gradient_importance(self, store, scratch_folder, settings, log=None):
-        """The gradient importance table of attention (`analyses.weights.gradients`) on the
-        stored corpus, by the model's LM head (loaded `with_head`; a masked LM's loss reads
-        its tokenizer's mask token): a whole-model backward per batch, or on the
-        layer-streamed route dL/dX carried back layer by layer (`streamed_backward`, its
-        scratch files under `scratch_folder`). `settings`: a `GradientSettings`, whose device
-        is replaced by the model's."""
-        from dataclasses import replace
-
-        from transformers import AutoTokenizer
-
-        kind = self.manifest["lm_head"]
-        if self.head is None:
-            raise ValueError(f"model {self.manifest['name']!r} was loaded without an LM head")
-        mask_token_id = None  # causal LM: the next-token loss, nothing masked
-        if kind == "masked":
-            mask_token_id = AutoTokenizer.from_pretrained(self.manifest["path"]).mask_token_id
-        settings = replace(settings, device=self.device)
-        if log is not None:
-            log.info(
-                "model %s with its %s LM head on %s, route %s",
-                *(self.manifest["name"], kind, self.device, self.route),
-            )
-        if self.route == "layer-streamed":
-            from attnscope.analyses.weights.streamed_backward import streamed_gradient_importance
-
-            return streamed_gradient_importance(
-                self.manifest["path"], self.weights, self.head, store, mask_token_id, settings,
-                scratch_folder, log,
-            )  # fmt: skip
-        from attnscope.analyses.weights.gradients import gradient_importance
-
-        return gradient_importance(self.model, self.head, store, mask_token_id, settings, log)
-
-    def prediction(self, tokenizer, contrast: list[str], setting: str = "analyses.mixing.contrast"):
-        """What the prediction attribution needs (`maps.prediction.Prediction.of`): the head,
-        the mask token, the `contrast` pair and the `reference_logits`."""
-        from attnscope.maps.prediction import Prediction
-
-        return Prediction.of(
-            self.head, self.manifest, tokenizer, contrast, self.reference_logits, setting
-        )
-
-
-def cuda_visible() -> bool | None:
-    """Whether torch sees a CUDA device; None where torch is not installed (a driver
-    environment without it: the jobs check in their own)."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    return torch.cuda.is_available()
-
-
-def check_local_device(setting: str, compute_dtype: str = "float32") -> None:
-    """Before any job of a local run: `device: cuda` (or cuda:N) needs a CUDA device torch
-    can see (the N-th: `pick_device`), and `compute_dtype` must run on the device
-    (`check_compute_dtype`)."""
-    visible = cuda_visible()
-    if setting.startswith("cuda") and visible is False:
-        raise RuntimeError(
-            f"config: device is {setting}, but torch sees no CUDA device on this machine; use "
-            "device: auto or cpu here, or run on GPU nodes (--profile profiles/slurm)"
-        )
-    if visible is not None:
-        check_compute_dtype(compute_dtype, pick_device(setting) if visible else "cpu")
-
-
-def check_compute_dtype(name: str, device: str) -> None:
-    """Before a model runs: the `compute_dtype` setting must work on `device` with this torch
-    build (a GPU without native bfloat16, a CPU build without float16 kernels)."""
-    import torch
-
-    dtype = getattr(torch, name)
-    problem = None
-    try:
-        x = torch.ones(2, 8, dtype=dtype, device=device)
-        torch.nn.functional.layer_norm(x @ x.T, (2,)).softmax(-1).sum().item()
-    except (RuntimeError, TypeError, AssertionError) as error:  # no kernel, no CUDA build
-        problem = str(error)
-    if problem is None and device.startswith("cuda") and dtype is torch.bfloat16:
-        if not torch.cuda.is_bf16_supported(including_emulation=False):
-            problem = "the GPU has no native bfloat16"
-    if problem is not None:
-        raise RuntimeError(
-            f"config: compute_dtype is {name}, which this torch build cannot run on {device} "
-            f"({problem}); use compute_dtype: float32"
-        )
-
-
-def pick_device(setting: str) -> str:
-    """Resolve the `device` setting to a torch device string: "cpu"; "cuda" or "cuda:N" (a GPU
-    torch sees, N < their count); "auto" (cuda where torch sees one, else cpu). Anything else
-    is refused, naming the setting: no device is swapped for another silently."""
-    import torch
-
-    if setting == "cpu":
-        return "cpu"
-    if setting == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    index = str(setting).removeprefix("cuda:") if str(setting).startswith("cuda:") else None
-    if setting != "cuda" and not (index and index.isascii() and index.isdigit()):
-        raise ValueError(f"device: {setting!r} is not one of auto, cpu, cuda or cuda:N")
-    if not torch.cuda.is_available():
-        raise RuntimeError(f"device: {setting} was asked for, but torch sees no CUDA device")
-    count = torch.cuda.device_count()
-    if index is not None and int(index) >= count:
-        raise RuntimeError(
-            f"device: {setting} was asked for, but torch sees {count} CUDA device(s): "
-            f"cuda:0 to cuda:{count - 1}"
-        )
-    return setting
-
-
-def open_model(
-    manifest_path: str | Path,
-    device_setting: str = "cpu",
-    log=None,
-    hidden_states: str | Path | None = None,
-    with_head: bool = False,
-    loading: str = "whole-model",
-    dtype: str = "float32",
-) -> LoadedModel:
-    """Load the model a manifest describes (eager attention, eval mode) on the resolved device,
-    with its language-model head when `with_head` and the manifest's `lm_head` names one.
-
-    `dtype`: the weights' type on the whole-model route (extraction's `compute_dtype`,
-    checked against the device), also the size of a weight in the `auto` route's choice.
-    `loading` (the setting: auto, whole-model, layer-streamed; `layer_stream.loading_route`): on the
-    layer-streamed route the module is on the meta device but for the layers in use, and the
-    canonical weights read each layer when it is first used (`streamed_weights`); the head
-    (`LoadedModel.head`) is then read alone (`streamed_head`).
-
-    Refuses (ModelChangedError) model files that differ from the manifest, and, given the
-    `hidden_states` store the job reads, states made with other weights than the manifest's.
-    """
-    from attnscope.pipeline.layer_stream import loading_route
-
-    manifest = read_manifest(manifest_path)
-    check_model_unchanged(manifest, manifest_path)
-    if hidden_states is not None:
-        check_store_weights(hidden_states, manifest)
-    device = pick_device(device_setting)
-    check_compute_dtype(dtype, device)
-    route = loading_route(loading, manifest["path"], device, 4 if dtype == "float32" else 2)
-    if log is not None:
-        log.info("model %s on %s, loading route: %s", manifest["name"], device, route)
-    head_kind = manifest.get("lm_head") if with_head else None
-    if route == "layer-streamed":
-        from attnscope.pipeline.runlog import release_freed_memory
-        from attnscope.pipeline.streamed_weights import streamed_head, streamed_model
-
-        release_freed_memory()
-        model, weights = streamed_model(manifest["path"], device)
-        head = streamed_head(manifest["path"], head_kind, device) if head_kind else None
-        return LoadedModel(manifest, device, model, route, head, weights)
-    model = load_model(manifest["path"], device, head=head_kind, dtype=dtype)
-    head = prediction_head(model) if head_kind else None
-    return LoadedModel(manifest, device, model, head=head)
 
 
 def manifest_attrs(manifest: dict) -> dict:

@@ -66,7 +66,7 @@ def by_layer(
     in a new scratch folder under `folder` (`core.files.scratch_folder`: removed afterwards,
     and after kill -9 by the start-up sweep; the disk must hold it), which is then read back
     batch by batch."""
-    from attnscope.pipeline.disk_estimate import require_space
+    from attnscope.model.disk_space import require_space
 
     with scratch_folder(folder, "layer-blocks-") as scratch, h5py.File(scratch / "b.h5", "w") as f:
         spool = None

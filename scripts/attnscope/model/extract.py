@@ -36,7 +36,7 @@ from attnscope.core.store import (
     open_store,
 )
 from attnscope.data.datasets import sha256_of
-from attnscope.pipeline.disk_estimate import hidden_state_bytes, require_space
+from attnscope.model.disk_space import hidden_state_bytes, require_space
 
 PACKAGES = ("torch", "transformers", "numpy", "h5py")
 
@@ -287,7 +287,7 @@ def extract_streamed(
     the store, so a float16 or bfloat16 store carries its rounded states forward. With a
     subset of `layers`, a state the store does not keep passes through a scratch file beside
     it (`scratch_states`), and the pass stops at the last state kept."""
-    from attnscope.pipeline.layer_stream import LayerStream
+    from attnscope.model.layer_stream import LayerStream
 
     batch_size, device, dtype = settings.batch_size, settings.device, settings.dtype
     compute_dtype, layers = settings.compute_dtype, settings.layers
