@@ -17,7 +17,7 @@ configfile: str(Path(workflow.basedir) / "config" / "config.yaml")
 sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
 import attnscope.pipeline.config_checks as checks  # noqa: E402
 from attnscope.pipeline.memory_estimate import check_declared_jobs  # noqa: E402
-from attnscope.pipeline.outputs import families  # noqa: E402
+from attnscope.analyses.family import families  # noqa: E402
 from attnscope.pipeline.user_config import (  # noqa: E402
     replace_user_blocks,
     skip_unnamed_families,

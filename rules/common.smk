@@ -6,8 +6,8 @@ from attnscope.data.corpora import KINDS as CORPUS_KINDS  # noqa: E402
 from attnscope.core.layer_selection import layer_setting  # noqa: E402
 from attnscope.pipeline.config_checks import check_config, model_depths  # noqa: E402
 from attnscope.model.sources import local_model_files  # noqa: E402
-from attnscope.pipeline.outputs import families, figure_paths  # noqa: E402
-from attnscope.pipeline.user_config import corpus_for_model  # noqa: E402
+from attnscope.analyses.family import families, figure_paths  # noqa: E402
+from attnscope.data.corpus_settings import corpus_for_model  # noqa: E402
 
 FAMILIES = families()
 check_config(config, FAMILIES)  # every cross-field check, before any job

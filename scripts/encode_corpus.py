@@ -3,8 +3,8 @@
 from attnscope.architectures import architecture
 from attnscope.core.store import write_encoded
 from attnscope.data.corpora import encode_corpus
+from attnscope.data.corpus_settings import cut_to_context
 from attnscope.pipeline.job import Job
-from attnscope.pipeline.user_config import cut_to_context
 
 job = Job(snakemake)
 manifest = job.manifest

@@ -8,10 +8,11 @@ import pytest
 import yaml
 from snakemake.utils import update_config, validate
 
+from attnscope.analyses.family import ModelFacts, families
 from attnscope.data.corpora.characters import visible
+from attnscope.data.corpus_settings import corpus_for_model, cut_to_context
 from attnscope.pipeline.config_checks import (
     ConfigError,
-    ModelFacts,
     check_config,
     check_config_files,
     check_every_layer,
@@ -22,13 +23,7 @@ from attnscope.pipeline.config_checks import (
     float_integers,
     refuse,
 )
-from attnscope.pipeline.outputs import families
-from attnscope.pipeline.user_config import (
-    corpus_for_model,
-    cut_to_context,
-    replace_user_blocks,
-    skip_unnamed_families,
-)
+from attnscope.pipeline.user_config import replace_user_blocks, skip_unnamed_families
 
 ROOT = Path(__file__).parents[1]
 SCHEMA = ROOT / "config" / "schema.yaml"

@@ -42,8 +42,8 @@ def test_a_layer_subset_is_sized_by_its_states_and_maps(tmp_path):
     import yaml
     from snakemake.utils import validate
 
+    from attnscope.analyses.family import families
     from attnscope.pipeline.disk_estimate import planned_files
-    from attnscope.pipeline.outputs import families
 
     root = Path(__file__).parents[1]
     config = yaml.safe_load((root / "config/config.yaml").read_text())
@@ -70,8 +70,8 @@ def test_layer_shards_files_are_planned_beside_the_maps(tmp_path):
     import yaml
     from snakemake.utils import validate
 
+    from attnscope.analyses.family import families
     from attnscope.pipeline.disk_estimate import planned_files
-    from attnscope.pipeline.outputs import families
 
     root = Path(__file__).parents[1]
     config = yaml.safe_load((root / "config/config.yaml").read_text())
@@ -122,9 +122,9 @@ def test_an_unreachable_n_sequences_is_sized_by_what_the_data_holds(tmp_path):
     with the estimate (the run's console), naming the corpus and n_sequences."""
     import io
 
+    from attnscope.analyses.family import families
     from attnscope.data.corpora.wiki import most_sequences
     from attnscope.pipeline.disk_estimate import check_disk_space, planned_files
-    from attnscope.pipeline.outputs import families
 
     config = minilm_config(wiki={"n_sequences": 10**7})
     files = [f"{config['mirror']}/wikitext-2/{split}.txt" for split in ("valid", "test")]
@@ -151,7 +151,7 @@ def test_a_target_that_writes_no_states_is_not_blocked_by_their_size(tmp_path, m
     import io
 
     import attnscope.pipeline.disk_estimate as disk
-    from attnscope.pipeline.outputs import families
+    from attnscope.analyses.family import families
 
     monkeypatch.setattr(disk, "free_bytes", lambda results: 1000)
     config = dict(minilm_config(), shards=2)
@@ -197,8 +197,8 @@ def test_a_corpus_cut_to_context_is_sized_at_the_models_length(tmp_path):
     import yaml
     from snakemake.utils import validate
 
+    from attnscope.analyses.family import families
     from attnscope.pipeline.disk_estimate import planned_files
-    from attnscope.pipeline.outputs import families
 
     root = Path(__file__).parents[1]
     config = yaml.safe_load((root / "config/config.yaml").read_text())
@@ -229,9 +229,9 @@ def test_a_gguf_still_to_dequantise_counts_its_float32_folder(tmp_path, monkeypa
     from snakemake.utils import validate
 
     import attnscope.pipeline.disk_estimate as disk_estimate
+    from attnscope.analyses.family import families
     from attnscope.model.sources import build_manifest
     from attnscope.pipeline.disk_estimate import check_disk_space, planned_files
-    from attnscope.pipeline.outputs import families
     from conftest import write_tiny_gguf_model
 
     path, weights = write_tiny_gguf_model(tmp_path / "gguf")

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from attnscope.analyses.family import families, figure_paths
 from attnscope.architectures import SUPPORTED_MODEL_TYPES
-from attnscope.pipeline.outputs import families, figure_paths
 
 ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(ROOT / "tools"))

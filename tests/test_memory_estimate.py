@@ -102,9 +102,9 @@ def test_a_family_rule_without_a_memory_declaration_is_refused():
     declaration of a rule the file does not define is refused too."""
     from dataclasses import replace
 
-    from attnscope.pipeline.job_memory import Memory
+    from attnscope.analyses.family import families
+    from attnscope.analyses.job_memory import Memory
     from attnscope.pipeline.memory_estimate import UndeclaredJobError, check_declared_jobs
-    from attnscope.pipeline.outputs import families
 
     declared = families()
     rules = {job: name for name, family in declared.items() for job in family.jobs}
@@ -126,7 +126,7 @@ def test_a_family_rule_without_a_memory_declaration_is_refused():
 
 
 def test_a_memory_declaration_has_a_formula_or_says_why_not():
-    from attnscope.pipeline.job_memory import Memory
+    from attnscope.analyses.job_memory import Memory
 
     with pytest.raises(ValueError, match="a formula"):
         Memory()

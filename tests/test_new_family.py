@@ -59,8 +59,8 @@ def declaration(root: Path) -> None:
         '''
         """Outputs of the throwaway family."""
 
-        from attnscope.pipeline.job_memory import Memory
-        from attnscope.pipeline.outputs import Family, Figure
+        from attnscope.analyses.job_memory import Memory
+        from attnscope.analyses.family import Family, Figure
 
 
         def count_bytes(size, budget_mb, settings):
@@ -266,7 +266,7 @@ def run(command: list[str], root: Path) -> subprocess.CompletedProcess:
 
 def user_config(model_dir: Path) -> dict:
     """One tiny model on one small corpus, every built-in family but the throwaway off."""
-    from attnscope.pipeline.outputs import families
+    from attnscope.analyses.family import families
 
     mirror = os.environ.get("ATTNSCOPE_MIRROR", str(ROOT.parent / "shared" / "data"))
     return {
@@ -296,7 +296,7 @@ ESTIMATE = """
 import sys, yaml
 from snakemake.utils import validate
 from attnscope.pipeline.memory_estimate import estimate
-from attnscope.pipeline.outputs import families
+from attnscope.analyses.family import families
 config = yaml.safe_load(open("config/config.yaml"))
 user = yaml.safe_load(open(sys.argv[1]))
 config.update(models=user["models"], corpora=user["corpora"], mirror=user["mirror"])

@@ -566,8 +566,8 @@ def test_a_contrast_must_be_two_different_known_pieces(minilm_tokenizer, contras
 def test_a_bad_contrast_stops_the_config_checks_for_a_model_with_a_head(tmp_path):
     """Before any job: the contrast is read with each local model's tokenizer where the model
     has an LM head (a bare model predicts nothing, so it is not asked)."""
-    from attnscope.pipeline.config_checks import ConfigError, ModelFacts, refuse
-    from attnscope.pipeline.outputs import families
+    from attnscope.analyses.family import ModelFacts, families
+    from attnscope.pipeline.config_checks import ConfigError, refuse
 
     def check_contrast(name, folder, mixing):
         config = {"analyses": {"mixing": mixing}}

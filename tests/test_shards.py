@@ -180,8 +180,8 @@ def test_the_disk_estimate_holds_each_shards_files(tmp_path, analysis):
     accumulators take at most the estimate of its `{shard}.pkl` (the norms' sample of every
     pair alone larger than the allowance for small tables and framing), and its maps
     exactly the estimate of its `{shard}.h5` (their datasets are not compressed)."""
+    from attnscope.analyses.family import families
     from attnscope.pipeline.disk_estimate import PART_ALLOWANCE, model_shape, shard_file_sizes
-    from attnscope.pipeline.outputs import families
 
     name = analysis.__name__.split("_")[0]
     family = families()[name]
@@ -215,8 +215,8 @@ def test_the_norms_shard_estimate_is_near_its_file(tmp_path):
     `{shard}.pkl` (the Spearman sample of every pair of its layers, and the moments) is at
     least 2/3 of its estimate: the sample counts the shard's layers, not the model's, and
     its pairs once over the four categories."""
+    from attnscope.analyses.family import families
     from attnscope.pipeline.disk_estimate import model_shape, shard_file_sizes
-    from attnscope.pipeline.outputs import families
 
     config = tiny_model("bert", layers=N_LAYERS).config.to_dict()
     shape = model_shape(config, N_LAYERS, config["hidden_size"])

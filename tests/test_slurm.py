@@ -25,7 +25,7 @@ import yaml
 from slurm_cluster import INSTALL, Cluster, missing_tools
 from test_workflow import ROOT, SNAKEMAKE, small_config, tiny_model_dir  # noqa: F401
 
-from attnscope.pipeline.outputs import families
+from attnscope.analyses.family import families
 
 pytestmark = [
     pytest.mark.slurm,

@@ -16,10 +16,10 @@ import pandas as pd
 import pytest
 import yaml
 
+from attnscope.analyses.family import families
 from attnscope.analyses.views.page import read_page
 from attnscope.core.files import sha256_of
 from attnscope.core.layer_kinds import GLOBAL, SLIDING
-from attnscope.pipeline.outputs import families
 
 FAMILIES = families()
 # mixing_compute's outputs: what its shards make

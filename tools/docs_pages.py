@@ -27,8 +27,8 @@ def _attnscope():
     scripts = str(ROOT / "scripts")
     if scripts not in sys.path:
         sys.path.insert(0, scripts)
+    import attnscope.analyses.family
     import attnscope.architectures
-    import attnscope.pipeline.outputs
 
     return attnscope
 
@@ -91,7 +91,7 @@ UNDESCRIBED = {
     "analyses": "one block per analysis family",
     **{
         f"analyses.{family}": f"settings of the {family} family"
-        for family in _attnscope().pipeline.outputs.families()
+        for family in _attnscope().analyses.family.families()
     },
     "cluster.cpu_partition": "SLURM partition of the jobs that ask for no GPU",
     "cluster.gpu_partition": "SLURM partition of the jobs that ask for a GPU",
@@ -200,7 +200,7 @@ def _caption(family: str, figure: str) -> str:
 
 def outputs_page() -> str:
     """Every declared table and figure, per family."""
-    outputs = _attnscope().pipeline.outputs
+    outputs = _attnscope().analyses.family
     lines = [
         "# Outputs reference",
         "",

@@ -7,15 +7,17 @@ message naming the key, and nothing is computed or overwritten.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from attnscope.analyses.family import Family, ModelFacts
+from attnscope.analyses.family import families as all_families
 from attnscope.architectures import StreamingUnavailableError, architecture, checkpoint_files
 from attnscope.core.layer_selection import LayerSelectionError, selected_layers, whole_model
 from attnscope.data.corpora import KINDS as CORPUS_KINDS
 from attnscope.data.corpora.characters import visible
+from attnscope.data.corpus_settings import corpus_for_model, cut_to_context
 from attnscope.model import gguf
 from attnscope.model.sources import (
     local_gguf,
@@ -24,9 +26,6 @@ from attnscope.model.sources import (
     require_tokenizer,
     require_weights,
 )
-from attnscope.pipeline import outputs
-from attnscope.pipeline.outputs import Family
-from attnscope.pipeline.user_config import corpus_for_model, cut_to_context
 
 
 class ConfigError(ValueError):
@@ -37,38 +36,6 @@ def refuse(messages: Iterable[str]) -> None:
     """Raise ConfigError for the first of a family check's messages (after "config: ")."""
     for message in messages:
         raise ConfigError(f"config: {message}")
-
-
-@dataclass(frozen=True)
-class ModelFacts:
-    """What a family's `model_checks` may read of one model on this machine: its name, its
-    number of layers and of heads per layer, its analysed layers (0-based), and its folder
-    (None: a GGUF file still to dequantise, `gguf_file`)."""
-
-    name: str
-    n_layers: int
-    n_heads: int
-    layers: list[int]
-    folder: Path | None = None
-    gguf_file: Path | None = None
-
-    def head_tokenizer(self):
-        """The tokenizer of the pieces the model predicts; None for a model without a
-        language-model head (a GGUF is a causal LM: the tokenizer it carries)."""
-        from transformers import AutoTokenizer
-
-        from attnscope.architectures import lm_head_kind
-
-        if self.folder is None and self.gguf_file is None:
-            return None  # nothing on this machine to read it from
-        if self.folder is None or gguf.is_gguf(Path(self.folder)):
-            try:
-                return gguf.gguf_tokenizer(Path(self.folder or self.gguf_file))
-            except gguf.GGUFError as error:
-                raise ConfigError(f"config: model {self.name!r}: {error}") from None
-        if lm_head_kind(str(self.folder)) is None:
-            return None
-        return AutoTokenizer.from_pretrained(self.folder)
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -339,56 +306,76 @@ def check_models(
     analysis reads a corpus (of `used_corpora`) with [MASK], and passes the `model_checks`
     of the `families` (every declared family where None) (hub models still to fetch: at
     acquisition)."""
-    declared_families = outputs.families() if families is None else families
+    declared_families = all_families() if families is None else families
     for name, spec in config["models"].items():
         model_config = local_model_config(name, spec, config["mirror"])
         if model_config is None:
             continue
-        family = architecture(model_config.get("model_type"), f"model {name!r}")
+        arch = architecture(model_config.get("model_type"), f"model {name!r}")
         folder = local_model_folder(name, spec, config["mirror"])  # None: a GGUF to dequantise
         if folder is not None:
             require_tokenizer(name, folder)
             require_weights(name, folder)
-        masked = [
-            c for c in used_corpora if corpus_for_model(config, name, c).get("mask_rate", 0) > 0
-        ]
-        if masked and not family.has_mask_token:
-            raise ConfigError(
-                f"config: model {name!r} ({model_config['model_type']}) is no masked language "
-                f"model (whatever its tokenizer holds, it was not trained to fill a mask "
-                f"token), but corpora {', '.join(masked)} replace pieces by the mask token "
-                f"(mask_rate > 0); let it read them unmasked (models: {{{name}: {{corpora: "
-                f"{{{masked[0]}: {{mask_rate: 0}}}}}}}}) or give the analysis corpora without "
-                "mask_rate"
-            )
+        check_mask_token(config, name, model_config, arch.has_mask_token, used_corpora)
         if folder is not None and config.get("loading") == "layer-streamed":
             try:
                 checkpoint_files(folder)
             except StreamingUnavailableError as error:
                 raise ConfigError(f"config: loading: model {name!r}: {error}") from None
-        n_layers, _ = family.dimensions(model_config)
-        try:
-            layers = selected_layers(config.get("layers", "all"), n_layers, f"model {name!r}")
-        except LayerSelectionError as error:
-            raise ConfigError(str(error)) from None
-        if config.get("shards", 1) > len(layers):
-            analysed = "has" if len(layers) == n_layers else "is analysed at"
-            raise ConfigError(
-                f"config: shards is {config['shards']}, but model {name!r} {analysed} "
-                f"{len(layers)} layers; use at most {len(layers)} shards"
-            )
+        n_layers, _ = arch.dimensions(model_config)
+        layers = check_layers_and_shards(config, name, n_layers)
         gguf_file = None if folder is not None else local_gguf(name, spec, config["mirror"])
-        facts = ModelFacts(name, n_layers, family.n_heads(model_config), layers, folder, gguf_file)
+        facts = ModelFacts(name, n_layers, arch.n_heads(model_config), layers, folder, gguf_file)
         for declared in declared_families.values():
-            refuse(declared.model_checks(config, facts))
-        limit = family.max_positions(model_config)
+            try:
+                refuse(declared.model_checks(config, facts))
+            except gguf.GGUFError as error:  # its tokenizer, read from the GGUF
+                raise ConfigError(f"config: model {name!r}: {error}") from None
+        limit = arch.max_positions(model_config)
         check_repeated_model(config, name, folder, limit)
-        for corpus in config["corpora"]:
-            length = cut_to_context(corpus_for_model(config, name, corpus), limit)["max_length"]
-            if length > limit:
-                raise ConfigError(
-                    f"config: corpora.{corpus}.max_length is {length} for model {name!r}, "
-                    f"which takes at most {limit} positions; lower max_length (for this "
-                    f"model: models.{name}.corpora.{corpus}.max_length), or set "
-                    f"corpora.{corpus}.cut_to_context: true"
-                )
+        check_lengths(config, name, limit)
+
+
+def check_mask_token(
+    config: dict, name: str, model_config: dict, has_mask_token: bool, used_corpora
+) -> None:
+    """A model without a mask token reads no corpus of `used_corpora` with mask_rate > 0."""
+    masked = [c for c in used_corpora if corpus_for_model(config, name, c).get("mask_rate", 0) > 0]
+    if masked and not has_mask_token:
+        raise ConfigError(
+            f"config: model {name!r} ({model_config['model_type']}) is no masked language "
+            f"model (whatever its tokenizer holds, it was not trained to fill a mask "
+            f"token), but corpora {', '.join(masked)} replace pieces by the mask token "
+            f"(mask_rate > 0); let it read them unmasked (models: {{{name}: {{corpora: "
+            f"{{{masked[0]}: {{mask_rate: 0}}}}}}}}) or give the analysis corpora without "
+            "mask_rate"
+        )
+
+
+def check_layers_and_shards(config: dict, name: str, n_layers: int) -> list[int]:
+    """The model's analysed layers (`layers:`, 1-based), refused where it lacks one or has
+    fewer than `shards`."""
+    try:
+        layers = selected_layers(config.get("layers", "all"), n_layers, f"model {name!r}")
+    except LayerSelectionError as error:
+        raise ConfigError(str(error)) from None
+    if config.get("shards", 1) > len(layers):
+        analysed = "has" if len(layers) == n_layers else "is analysed at"
+        raise ConfigError(
+            f"config: shards is {config['shards']}, but model {name!r} {analysed} "
+            f"{len(layers)} layers; use at most {len(layers)} shards"
+        )
+    return layers
+
+
+def check_lengths(config: dict, name: str, limit: int) -> None:
+    """Every corpus as the model reads it fits its `limit` positions."""
+    for corpus in config["corpora"]:
+        length = cut_to_context(corpus_for_model(config, name, corpus), limit)["max_length"]
+        if length > limit:
+            raise ConfigError(
+                f"config: corpora.{corpus}.max_length is {length} for model {name!r}, "
+                f"which takes at most {limit} positions; lower max_length (for this "
+                f"model: models.{name}.corpora.{corpus}.max_length), or set "
+                f"corpora.{corpus}.cut_to_context: true"
+            )

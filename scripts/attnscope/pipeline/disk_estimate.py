@@ -28,9 +28,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from attnscope.analyses.family import Family, ModelShape
 from attnscope.architectures import architecture
 from attnscope.core.layer_selection import selected_layers, stored_states, whole_model
 from attnscope.data.corpora import KINDS as CORPUS_KINDS
+from attnscope.data.corpus_settings import corpus_for_model, cut_to_context
 from attnscope.model.disk_space import (
     DiskSpaceError,
     free_bytes,
@@ -38,9 +40,7 @@ from attnscope.model.disk_space import (
     readable,
 )
 from attnscope.model.sources import local_model_config, pending_dequantisation
-from attnscope.pipeline.outputs import Family, ModelShape
 from attnscope.pipeline.shards import shard_layers
-from attnscope.pipeline.user_config import corpus_for_model, cut_to_context
 
 PART_ALLOWANCE = 2**16  # bytes per `{shard}.pkl` beyond its arrays: small tables, pickle framing
 

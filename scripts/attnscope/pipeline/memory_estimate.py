@@ -4,7 +4,7 @@ Per model and corpus, the largest job's working memory beside the model's weight
 model, or one layer on the layer-streamed route) and the process (torch, the libraries:
 about 0.6 GB), from config.json and the configured lengths and batch sizes. Each family
 declares how every job of `rules/<family>.smk` counts (`Family.jobs`: a formula in the terms
-of `pipeline.job_memory`, or why it has none); the extraction is counted here:
+of `analyses.job_memory`, or why it has none); the extraction is counted here:
 
     extract_hidden_states  2 A + M + B (L + 1) n d 4   eager scores and weights, the states
 
@@ -24,15 +24,15 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from attnscope.analyses.family import Family
+from attnscope.analyses.family import families as all_families
+from attnscope.analyses.job_memory import Memory, Sizes, vocabulary_bytes
 from attnscope.architectures import architecture
 from attnscope.core.layer_selection import whole_model
+from attnscope.data.corpus_settings import corpus_for_model, cut_to_context
 from attnscope.model.disk_space import readable
 from attnscope.model.sources import local_model_config
-from attnscope.pipeline import outputs
 from attnscope.pipeline.disk_estimate import corpus_readers, model_shape
-from attnscope.pipeline.job_memory import Memory, Sizes, vocabulary_bytes
-from attnscope.pipeline.outputs import Family
-from attnscope.pipeline.user_config import corpus_for_model, cut_to_context
 
 __all__ = ["Sizes", "job_bytes", "vocabulary_bytes"]
 
@@ -57,7 +57,7 @@ def declared(job: str) -> Memory:
     """The Memory of a job: the extraction's, or as its family declares it; KeyError if none."""
     if job == EXTRACT:
         return EXTRACTION
-    for family in outputs.families().values():
+    for family in all_families().values():
         if job in family.jobs:
             return family.jobs[job]
     raise KeyError(f"job {job!r}: no family declares its memory")

@@ -2,8 +2,8 @@
 into query-side x key-side components (`maps.attend`) and aggregated over a corpus (`lift`),
 and grouped by block, upstream head and residual direction (`groups`)."""
 
-from attnscope.pipeline.job_memory import FLOAT, MB, Memory, Sizes
-from attnscope.pipeline.outputs import Family, Figure, Needs
+from attnscope.analyses.family import Family, Figure, Needs
+from attnscope.analyses.job_memory import FLOAT, MB, Memory, Sizes
 
 TABLES = (
     "lift.tsv",

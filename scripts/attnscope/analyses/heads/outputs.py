@@ -1,9 +1,9 @@
 """Outputs of the heads family: the atlas of head roles, from its own pass over the repeated
 corpus (kind repeated_random) and the tables the other families make for the same model."""
 
+from attnscope.analyses.family import Family, Figure, Needs
 from attnscope.analyses.heads.roles import threshold_problems
-from attnscope.pipeline.job_memory import Memory
-from attnscope.pipeline.outputs import Family, Figure, Needs
+from attnscope.analyses.job_memory import Memory
 
 SCORES = ("role_scores.tsv", "in_context_loss.tsv", "patterns.json")
 ROLE_TABLES = ("head_roles.tsv", "role_rules.tsv", "circuits.tsv", "atlas.html")

@@ -1,9 +1,9 @@
 """Outputs of the whole-layer mixing analysis (Kobayashi et al. 2021, 2024)."""
 
+from attnscope.analyses.family import Family, Figure, ModelShape
+from attnscope.analyses.job_memory import Memory, Sizes, budget_bytes
 from attnscope.maps.scopes import SCOPES
 from attnscope.maps.storage import map_bytes as stored_map_bytes
-from attnscope.pipeline.job_memory import Memory, Sizes, budget_bytes
-from attnscope.pipeline.outputs import Family, Figure, ModelShape
 
 
 def map_bytes(settings: dict, n_layers: int, n_sequences: int, length: int) -> dict[str, int]:

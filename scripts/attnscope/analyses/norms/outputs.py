@@ -2,10 +2,10 @@
 al. 2023, Gu et al. 2024) and massive activations (Sun et al. 2024) from the same pass, and
 the attention-sink card (`SINK_CARD`, the rule norms_sink_card: `sink_card.py`)."""
 
+from attnscope.analyses.family import Family, Figure, ModelShape
+from attnscope.analyses.job_memory import FLOAT, Memory, Sizes, budget_bytes
+from attnscope.data.corpus_settings import corpus_for_model
 from attnscope.maps.storage import map_bytes as stored_map_bytes
-from attnscope.pipeline.job_memory import FLOAT, Memory, Sizes, budget_bytes
-from attnscope.pipeline.outputs import Family, Figure, ModelShape
-from attnscope.pipeline.user_config import corpus_for_model
 
 SINK_CARD = (
     "sink_heads.tsv",

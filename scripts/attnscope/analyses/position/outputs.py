@@ -1,7 +1,7 @@
 """Outputs of the position analyses (Yamamoto & Matsuzaki)."""
 
-from attnscope.pipeline.job_memory import Memory
-from attnscope.pipeline.outputs import Family, Figure, ModelShape
+from attnscope.analyses.family import Family, Figure, ModelShape
+from attnscope.analyses.job_memory import Memory
 
 
 def part_bytes(

@@ -4,9 +4,9 @@ Syntax and the probe run on the corpus `syntax_corpus` (UD EWT), coreference on 
 (GAP); each corpus gets only its own tables and figures.
 """
 
+from attnscope.analyses.family import Family, Figure, Needs
+from attnscope.analyses.job_memory import Memory
 from attnscope.maps.scopes import SCOPES
-from attnscope.pipeline.job_memory import Memory
-from attnscope.pipeline.outputs import Family, Figure, Needs
 
 MODEL_SOURCES = ("weights", "norms")
 # The universal dependency relations of UD v2 (subtypes are folded into them), root excluded:

@@ -1,8 +1,8 @@
 """Outputs of the views: one folder of self-contained HTML pages per model and corpus."""
 
-from attnscope.pipeline.job_memory import Memory
-from attnscope.pipeline.outputs import Family, Needs
-from attnscope.pipeline.user_config import corpus_for_model
+from attnscope.analyses.family import Family, Needs
+from attnscope.analyses.job_memory import Memory
+from attnscope.data.corpus_settings import corpus_for_model
 
 
 def problems(settings: dict):

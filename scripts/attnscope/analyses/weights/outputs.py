@@ -1,7 +1,7 @@
 """Outputs of the attention-weight analyses (Clark et al. 2019)."""
 
-from attnscope.pipeline.job_memory import FLOAT, Memory, Sizes
-from attnscope.pipeline.outputs import Family, Figure, ModelShape
+from attnscope.analyses.family import Family, Figure, ModelShape
+from attnscope.analyses.job_memory import FLOAT, Memory, Sizes
 
 
 def part_bytes(

@@ -25,18 +25,44 @@ import pkgutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from attnscope.pipeline.job_memory import Memory
-
-if TYPE_CHECKING:
-    from attnscope.pipeline.config_checks import ModelFacts
+from attnscope.analyses.job_memory import Memory
 
 FOLDERS = {
     "corpus": "results/{{model}}/{{corpus}}/{family}",
     "model": "results/{{model}}/model",
 }
 FIGURE_SUFFIXES = ("svg", "png")
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a family's `model_checks` may read of one model on this machine: its name, its
+    number of layers and of heads per layer, its analysed layers (0-based), and its folder
+    (None: a GGUF file still to dequantise, `gguf_file`)."""
+
+    name: str
+    n_layers: int
+    n_heads: int
+    layers: list[int]
+    folder: Path | None = None
+    gguf_file: Path | None = None
+
+    def head_tokenizer(self):
+        """The tokenizer of the pieces the model predicts; None for a model without a
+        language-model head (a GGUF is a causal LM: the tokenizer it carries)."""
+        from transformers import AutoTokenizer
+
+        from attnscope.architectures import lm_head_kind
+        from attnscope.model import gguf
+
+        if self.folder is None and self.gguf_file is None:
+            return None  # nothing on this machine to read it from
+        if self.folder is None or gguf.is_gguf(Path(self.folder)):
+            return gguf.gguf_tokenizer(Path(self.folder or self.gguf_file))  # or GGUFError
+        if lm_head_kind(str(self.folder)) is None:
+            return None
+        return AutoTokenizer.from_pretrained(self.folder)
 
 
 @dataclass(frozen=True)
@@ -128,7 +154,7 @@ class Family:
     run_pages  pages over every model of a run (results/<family>_<name>.html: the heads
               family's overview), made when the family is enabled
     jobs      {rule: Memory} of every rule of `rules/<family>.smk` but the local ones: how
-              the memory estimate counts it (`pipeline.job_memory`); a rule missing here
+              the memory estimate counts it (`analyses.job_memory`); a rule missing here
               stops the workflow at parse time
     local_rules  rules run on the machine that runs Snakemake (bookkeeping), besides the
               family's collect rule `<family>`, which always is
@@ -136,7 +162,7 @@ class Family:
               elsewhere in the configuration, checked before any job (after every family's
               `problems`, before the models)
     model_checks  (config, ModelFacts) -> messages of what the family's settings contradict
-              in one model on this machine (`pipeline.config_checks.ModelFacts`: its
+              in one model on this machine (`ModelFacts`: its
               layers, heads, tokenizer), checked before any job
     last_checks  config -> messages, checked once every other setting has been (so that
               they never hide another error)
