@@ -9,7 +9,10 @@ from attnscope.pipeline.job import Job
 from attnscope.pipeline.shards import sharded_analysis
 
 job = Job(snakemake)
-settings, output = job.settings(MixingSettings), job.output
+# the propagation's settings: mixing_propagate's (their changes rerun only that job)
+unread = ("propagated_top_k", "rollout_scopes", "contrast")
+settings = job.settings(MixingSettings, unread=unread, besides=("shards",))
+output = job.output
 
 
 def analyse(loaded, store, maps, layers):
