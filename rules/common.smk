@@ -2,6 +2,36 @@
 # All functions live here: `snakemake --lint` asks that files of rules hold no functions.
 from snakemake.exceptions import WorkflowError  # noqa: E402
 
+from attnscope.analyses.attend.settings import AttendSettings  # noqa: E402
+from attnscope.analyses.heads.settings import (
+    RolesSettings,
+    ScoresSettings,
+)  # noqa: E402
+from attnscope.analyses.mixing.settings import (  # noqa: E402
+    MixingSettings,
+    MixingTablesSettings,
+)
+from attnscope.analyses.norms.settings import (
+    NormsSettings,
+    SinkCardSettings,
+)  # noqa: E402
+from attnscope.analyses.position.settings import (  # noqa: E402
+    BilinearSettings,
+    ClusterSettings,
+    PositionSettings,
+    RotarySettings,
+)
+from attnscope.analyses.probing.settings import (
+    ProbeSettings,
+    ProbingSettings,
+)  # noqa: E402
+from attnscope.analyses.views.settings import ViewsSettings  # noqa: E402
+from attnscope.analyses.weights.settings import (  # noqa: E402
+    DistanceSettings,
+    GradientSettings,
+    StatisticsSettings,
+)
+from attnscope.core.settings import rule_params  # noqa: E402
 from attnscope.data.corpora import KINDS as CORPUS_KINDS  # noqa: E402
 from attnscope.core.layer_selection import layer_setting  # noqa: E402
 from attnscope.pipeline.config_checks import check_config, model_depths  # noqa: E402
@@ -50,6 +80,14 @@ wildcard_constraints:
     family="|".join(FAMILIES),
     figure="[A-Za-z0-9_]+",
     shard="[0-9]+",
+
+
+def settings_params(kind, unread=()):
+    """The params of a rule whose script reads `Job.settings(kind)`: the settings the job's
+    outputs depend on, declared once by the settings class (`core.settings.rule_params`), so
+    that changing one of them reruns the job and changing another family setting does not;
+    `unread`: settings of the class this job does not read."""
+    return rule_params(kind, config, unread)
 
 
 def canonical(value):

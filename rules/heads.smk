@@ -32,8 +32,7 @@ rule heads_scores:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        batch_size=config["batch_size"],
-        pattern_pieces=HEADS["pattern_pieces"],
+        **settings_params(ScoresSettings),
     script:
         "../scripts/heads_scores.py"
 
@@ -59,8 +58,7 @@ rule heads_roles:
     conda:
         "../envs/plots.yaml"
     params:
-        thresholds=canonical(HEADS["thresholds"]),
-        min_share=HEADS["min_share"],
+        **settings_params(RolesSettings),
         links=heads_links,
     script:
         "../scripts/heads_roles.py"

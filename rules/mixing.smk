@@ -3,11 +3,6 @@
 
 MIXING = config["analyses"]["mixing"]
 MIXING_OUT = FAMILIES["mixing"]
-MIXING_PARAMS = dict(
-    batch_size=MIXING["batch_size"],
-    ig_steps=MIXING["ig_steps"],
-    maps_dtype=MIXING["maps_dtype"],
-)
 
 
 rule mixing:
@@ -36,7 +31,7 @@ rule mixing_shard:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        **MIXING_PARAMS,
+        **settings_params(MixingSettings, MixingSettings.propagation),
         shards=SHARDS,
     script:
         "../scripts/mixing_compute.py"
@@ -66,7 +61,7 @@ rule mixing_compute:
         gpu=gather_gpu_count,
         slurm_partition=gather_partition,
     params:
-        **MIXING_PARAMS,
+        **settings_params(MixingSettings, MixingSettings.propagation),
     script:
         "../scripts/mixing_compute.py"
 
@@ -88,10 +83,7 @@ rule mixing_tables:
     conda:
         "../envs/model.yaml"
     params:
-        batch_size=MIXING["batch_size"],
-        example_sequence=MIXING["example_sequence"],
-        example_tokens=MIXING["example_tokens"],
-        ff_pairs_top_k=MIXING["ff_pairs_top_k"],
+        **settings_params(MixingTablesSettings),
     script:
         "../scripts/mixing_tables.py"
 
@@ -126,11 +118,6 @@ rule mixing_propagate:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        batch_size=MIXING["batch_size"],
-        ig_steps=MIXING["ig_steps"],
-        maps_dtype=MIXING["maps_dtype"],
-        propagated_top_k=MIXING["propagated_top_k"],
-        rollout_scopes=MIXING["rollout_scopes"],
-        contrast=MIXING["contrast"],
+        **settings_params(MixingSettings),
     script:
         "../scripts/mixing_propagate.py"

@@ -30,7 +30,7 @@ rule weights_shard:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        batch_size=config["batch_size"],
+        **settings_params(StatisticsSettings),
         shards=SHARDS,
     script:
         "../scripts/weights_stats.py"
@@ -56,7 +56,7 @@ rule weights_stats:
         gpu=gather_gpu_count,
         slurm_partition=gather_partition,
     params:
-        batch_size=config["batch_size"],
+        **settings_params(StatisticsSettings),
     script:
         "../scripts/weights_stats.py"
 
@@ -83,16 +83,7 @@ rule weights_distances:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        batch_size=WEIGHTS["distance_batch_size"],
-        n_sequences=WEIGHTS["distance_sequences"],
-        seed=WEIGHTS["seed"],
-        mds_n_init=WEIGHTS["mds_n_init"],
-        mds_max_iter=WEIGHTS["mds_max_iter"],
-        cluster_method=WEIGHTS["cluster_method"],
-        n_clusters=WEIGHTS["n_clusters"],
-        broad_entropy=WEIGHTS["broad_entropy"],
-        special_mass=WEIGHTS["special_mass"],
-        position_mass=WEIGHTS["position_mass"],
+        **settings_params(DistanceSettings),
     script:
         "../scripts/weights_distances.py"
 
@@ -116,9 +107,6 @@ rule weights_gradients:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        batch_size=config["batch_size"],
-        mask_rate=WEIGHTS["gradient_mask_rate"],
-        n_sequences=WEIGHTS["gradient_sequences"],
-        seed=WEIGHTS["seed"],
+        **settings_params(GradientSettings),
     script:
         "../scripts/weights_gradients.py"

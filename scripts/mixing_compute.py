@@ -9,8 +9,7 @@ from attnscope.pipeline.job import Job
 from attnscope.pipeline.shards import sharded_analysis
 
 job = Job(snakemake)
-# the propagation's settings: mixing_propagate's (their changes rerun only that job)
-unread = ("propagated_top_k", "rollout_scopes", "contrast")
+unread = MixingSettings.propagation  # mixing_propagate's
 settings = job.settings(MixingSettings, unread=unread, besides=("shards",))
 output = job.output
 

@@ -19,7 +19,14 @@ import pytest
 import yaml
 from snakemake.iocontainers import Params
 
-from attnscope.core.settings import config_fields, default_of, schema_entry, setting
+from attnscope.core.settings import (
+    CONFIGURED,
+    config_fields,
+    default_of,
+    rule_params,
+    schema_entry,
+    setting,
+)
 from attnscope.pipeline.job import Job, SettingsError, build_settings
 from attnscope.pipeline.outputs import families
 
@@ -183,3 +190,37 @@ def test_job_settings_refuses_a_missing_or_unknown_param_naming_rule_field_and_c
 def test_a_field_the_job_does_not_read_is_none_and_not_its_default():
     made = build_settings(Toy, {"batch_size": 2}, TOY_CONFIG, "toy_compute", unread=("top_k",))
     assert made.top_k is None
+
+
+def default_config() -> dict:
+    """config.yaml with the schema's defaults filled in (what the Snakefile sees)."""
+    from snakemake.utils import validate
+
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    validate(config, str(ROOT / "config" / "schema.yaml"))
+    return config
+
+
+# the fields a rule passes itself, from a per-corpus choice or another family's block
+RULE_GIVEN = {"ViewsSettings": {"contrast": (), "sequences": None}}
+
+
+@pytest.mark.parametrize("family", sorted(BLOCKS))
+def test_a_rules_params_from_its_settings_class_build_its_settings(family):
+    """`rule_params`: a job's settings are the block's values, the top-level `batch_size`
+    where the class says so, and the configuration-read fields; nothing else is needed, and
+    what the job does not read (mixing_compute: the propagation's) is not passed."""
+    config = default_config()
+    config["analyses"][family] = {**config["analyses"][family], "enabled": True}
+    for kind in settings_classes(family):
+        unread = getattr(kind, "propagation", ())
+        params = {**rule_params(kind, config, unread), **RULE_GIVEN.get(kind.__name__, {})}
+        made = build_settings(kind, params, config, f"{family}_rule", unread=unread)
+        block = config["analyses"][family]
+        for key, field in config_fields(kind).items():
+            if field.name not in CONFIGURED and field.name not in unread:
+                assert getattr(made, field.name) == block[key], (kind.__name__, key)
+        assert not set(params) & (set(CONFIGURED) | set(unread)), kind.__name__
+        named = {field.name for field in config_fields(kind).values()}
+        if "batch_size" in params and "batch_size" not in named:
+            assert made.batch_size == config["batch_size"]

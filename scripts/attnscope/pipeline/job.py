@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
 
+from attnscope.core.settings import CHECK_BOUNDS, CONFIGURED
 from attnscope.pipeline import runlog
 from attnscope.pipeline.models import (
     LoadedModel,
@@ -19,11 +20,6 @@ from attnscope.pipeline.models import (
     open_model,
     read_manifest,
 )
-
-# the check bounds, read from the configuration: changing one reruns nothing
-BOUNDS = ("max_rel_residual", "depth_rel_residual")
-# the other fields read from the configuration: the same results with any value
-CONFIGURED = (*BOUNDS, "memory_budget_mb", "device")
 
 
 class SettingsError(ValueError):
@@ -50,7 +46,7 @@ def build_settings(kind, params: dict, config: dict, rule: str, unread=(), besid
         raise SettingsError(f"{where}: the rule passes the param(s) {said}, but {why}")
     given = {}
     for name in names:
-        if name in BOUNDS:
+        if name in CHECK_BOUNDS:
             family = getattr(kind, "bound_family", kind.family)
             given[name] = config["analyses"][family][name]
         elif name == "memory_budget_mb":

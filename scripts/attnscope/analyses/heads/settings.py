@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from attnscope.core.settings import setting
+from attnscope.core.settings import setting, top_level
 
 
 @dataclass(frozen=True)
@@ -15,7 +15,7 @@ class ScoresSettings:
     top-level `batch_size`); `device`: a torch device string."""
 
     family: ClassVar[str] = "heads"
-    batch_size: int
+    batch_size: int = top_level("batch_size")
     pattern_pieces: int = setting(
         "pieces of the small attention patterns on the atlas cards (natural text x itself; the "
         "repeated sequence's second copy x the start of the first)",

@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from attnscope.core.settings import setting
-from attnscope.maps.layer_decomposition import MEMORY_BUDGET_MB
+from attnscope.core.settings import MEMORY_BUDGET_MB, setting
 
 
 def _batch_size():
@@ -24,9 +23,12 @@ class MixingSettings:
     """One mixing_compute (or mixing_shard) or mixing_propagate job's settings:
     `memory_budget_mb`: the working memory of one chunk of a decomposition; `device`: a torch
     device string (both read from the configuration by `Job.settings`); the last three are
-    the propagation's (mixing_compute reads none of them: `Job.settings(..., unread=...)`)."""
+    the propagation's (`propagation`)."""
 
     family: ClassVar[str] = "mixing"
+    # the propagation's settings, which mixing_compute does not read: changing one reruns
+    # mixing_propagate alone
+    propagation: ClassVar[tuple[str, ...]] = ("propagated_top_k", "rollout_scopes", "contrast")
     batch_size: int = _batch_size()
     ig_steps: int = setting(
         "Integrated Gradients steps for the FF activation (midpoint rule, zero baseline); 0 = "

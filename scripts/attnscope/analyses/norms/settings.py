@@ -6,8 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from attnscope.core.settings import setting
-from attnscope.maps.head_norms import MEMORY_BUDGET_MB
+from attnscope.core.settings import MEMORY_BUDGET_MB, setting, top_level
 
 
 def _seed():
@@ -26,7 +25,7 @@ class NormsSettings:
     configuration by `Job.settings`)."""
 
     family: ClassVar[str] = "norms"
-    batch_size: int
+    batch_size: int = top_level("batch_size")
     spearman_sample_size: int = setting(
         "pairs per category in the uniform (bottom-k) sample for Spearman; exact when a "
         "category has fewer pairs",
@@ -85,7 +84,7 @@ class SinkCardSettings:
     `batch_size`); Gu et al.'s Sink^eps and Sun et al.'s criterion (`criterion`)."""
 
     family: ClassVar[str] = "norms"
-    batch_size: int
+    batch_size: int = top_level("batch_size")
     sink_epsilon: float = setting(
         "Sink^eps (Gu et al. 2024, computed as their code does): a head is a sink in a sequence"
         " when the importance of the first position, the sum over every query row i of alpha(i,"

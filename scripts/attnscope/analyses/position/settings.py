@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from attnscope.core.settings import setting
+from attnscope.core.settings import setting, top_level
 
 
 def _t_max():
@@ -36,7 +36,7 @@ class PositionSettings:
         "empty: the head attending most to t = -1 and the one attending most to t = +1",
         (),
     )
-    batch_size: int = 16
+    batch_size: int = top_level("batch_size", 16)
     device: str = "cpu"
 
 
@@ -47,7 +47,7 @@ class RotarySettings:
 
     family: ClassVar[str] = "position"
     t_max: int = _t_max()
-    batch_size: int = 16
+    batch_size: int = top_level("batch_size", 16)
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,10 @@ default, bounds and description (`core.settings.setting`)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 
-from attnscope.core.settings import setting
+from attnscope.core.settings import setting, top_level
 
 
 def _sources():
@@ -33,7 +33,7 @@ class ProbingSettings:
         "mean",
         choices=("mean", "first"),
     )
-    batch_size: int = field(kw_only=True)
+    batch_size: int = top_level("batch_size", kw_only=True)
     device: str = "cpu"
 
 

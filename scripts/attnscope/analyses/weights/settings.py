@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from attnscope.core.settings import setting
+from attnscope.core.settings import setting, top_level
 
 
 def _seed():
@@ -21,7 +21,7 @@ class StatisticsSettings:
     `batch_size`)."""
 
     family: ClassVar[str] = "weights"
-    batch_size: int
+    batch_size: int = top_level("batch_size")
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ class GradientSettings:
     causal LM); `device`: a torch device string."""
 
     family: ClassVar[str] = "weights"
-    batch_size: int
+    batch_size: int = top_level("batch_size")
     mask_rate: float = setting(
         "share of each sequence's non-special pieces replaced by [MASK] for the masked-LM loss",
         0.15,
