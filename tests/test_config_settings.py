@@ -121,6 +121,19 @@ def test_the_top_level_settings_of_the_default_configuration_are_the_schemas():
     assert CONFIG["memory_budget_mb"] == SCHEMA["properties"]["memory_budget_mb"]["default"]
 
 
+def test_the_top_level_fields_have_the_schemas_defaults():
+    """A field read from a top-level key (`top_level`) defaults, where it has a default, to
+    that key's schema default (ExtractSettings: the stored and computed types, `layers`)."""
+    from attnscope.pipeline.extract import ExtractSettings
+
+    kinds = [ExtractSettings, *(k for family in BLOCKS for k in settings_classes(family))]
+    for kind in kinds:
+        for field in dataclasses.fields(kind):
+            key = field.metadata.get("top_level")
+            if key is not None and default_of(field) is not dataclasses.MISSING:
+                assert default_of(field) == SCHEMA["properties"][key]["default"], kind
+
+
 def test_a_setting_keeps_its_default_and_a_dict_default_is_fresh_per_instance():
     @dataclasses.dataclass(frozen=True)
     class Made:
