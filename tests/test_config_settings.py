@@ -203,6 +203,8 @@ def test_job_settings_refuses_a_missing_or_unknown_param_naming_rule_field_and_c
 def test_a_field_the_job_does_not_read_is_none_and_not_its_default():
     made = build_settings(Toy, {"batch_size": 2}, TOY_CONFIG, "toy_compute", unread=("top_k",))
     assert made.top_k is None
+    with pytest.raises(SettingsError, match="does not read"):  # passed, yet not read
+        build_settings(Toy, {"batch_size": 2, "top_k": 3}, TOY_CONFIG, "r", unread=("top_k",))
 
 
 def default_config() -> dict:

@@ -44,6 +44,9 @@ def build_settings(kind, params: dict, config: dict, rule: str, unread=(), besid
         said = stray or read
         why = "takes no such setting" if stray else "reads it from the configuration"
         raise SettingsError(f"{where}: the rule passes the param(s) {said}, but {why}")
+    if set(params) & set(unread):
+        said = sorted(set(params) & set(unread))
+        raise SettingsError(f"{where}: the rule passes {said}, which the job does not read")
     given = {}
     for name in names:
         if name in CHECK_BOUNDS:
@@ -58,7 +61,8 @@ def build_settings(kind, params: dict, config: dict, rule: str, unread=(), besid
         elif name in params:
             given[name] = params[name]
         else:
-            raise SettingsError(f"{where}: the rule gives no param {name!r} for the field {name!r}")
+            needed = f"{kind.__name__}.{name}"
+            raise SettingsError(f"{where}: the rule gives no param {name!r} ({needed} has none)")
     return kind(**given)
 
 
