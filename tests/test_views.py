@@ -35,6 +35,8 @@ from attnscope.maps.prediction import Prediction, model_logits
 from attnscope.maps.propagation import propagate
 from conftest import TINY, Opened, write_tiny_store
 
+BOUNDS = {"max_rel_residual": 1e-4, "depth_rel_residual": 1e-3}  # the checks' (mixing's)
+
 ENCODERS = ("bert", "roberta", "electra")
 
 ROOT = Path(__file__).parents[1]
@@ -73,7 +75,7 @@ def build_page(tmp_path, family: str, scopes: bool = True, length: int = 16, hea
             canonical_weights(model),
             model,
             tokenizer,
-            ViewsSettings(scopes=scopes, ig_steps=0, top_k=TOP_K, max_rel_residual=1e-4),
+            ViewsSettings(scopes=scopes, ig_steps=0, top_k=TOP_K, **BOUNDS),
             prediction=prediction,
         )
     return page, store_path, model
@@ -470,7 +472,7 @@ def test_page_budgets_for_minilm(browser, tmp_path):
                 canonical_weights(model),
                 model,
                 tokenizer,
-                ViewsSettings(scopes=scopes, ig_steps=0, top_k=16, max_rel_residual=1e-4),
+                ViewsSettings(scopes=scopes, ig_steps=0, top_k=16, **BOUNDS),
             )
         path = tmp_path / f"minilm{n}.html"
         path.write_text(render_page(page, f"MiniLM {n}"), encoding="utf-8")
