@@ -16,6 +16,7 @@ configfile: str(Path(workflow.basedir) / "config" / "config.yaml")
 # value and keeps the rest.
 sys.path.insert(0, str(Path(workflow.basedir) / "scripts"))
 import attnscope.pipeline.config_checks as checks  # noqa: E402
+from attnscope.pipeline.memory_estimate import check_declared_jobs  # noqa: E402
 from attnscope.pipeline.outputs import families  # noqa: E402
 from attnscope.pipeline.user_config import (  # noqa: E402
     replace_user_blocks,
@@ -48,8 +49,16 @@ include: "rules/acquire.smk"
 include: "rules/extract.smk"
 
 
-# One rules file per analysis family, named after it (scripts/attnscope/analyses/<family>/).
+# One rules file per analysis family, named after it (scripts/attnscope/analyses/<family>/),
+# and its collect rule: `snakemake <family>` makes its tables and figures and the records.
 for family_name in FAMILIES:
+
+    rule:
+        name:
+            family_name
+        input:
+            family_targets(family_name),
+            report_targets(),
 
     include: f"rules/{family_name}.smk"
 
@@ -59,9 +68,14 @@ include: "rules/figures.smk"
 include: "rules/report.smk"
 
 
-# Gu et al.'s Sink^eps reads each sequence's first sink_positions pieces: checked last, once
-# every other setting (and what one family reads of another) has been checked.
-checks.check_sink_positions(config)
+# The families' last checks (Gu et al.'s Sink^eps reads each sequence's first sink_positions
+# pieces): once every other setting (and what one family reads of another) has been checked.
+checks.check_last(config, FAMILIES)
+# Every job of a family's rules file has its memory declared (Family.jobs), a formula or
+# why it has none: a new job is never silently left out of the memory estimate.
+check_declared_jobs(
+    FAMILIES, {rule.name: Path(rule.snakefile).stem for rule in workflow.rules}
+)
 
 
 # Acquisition reads the network or the mirror (compute nodes often have no internet); the
@@ -73,15 +87,12 @@ localrules:
     software_versions,
     config_snapshot,
     collect_shards,
-    weights,
-    norms,
-    position,
-    mixing,
-    probing,
-    views,
-    attend,
-    heads,
-    heads_overview,
+
+
+# Each family's collect rule and the local rules it declares (Family.local_rules).
+workflow.localrules(
+    *(rule for family in FAMILIES.values() for rule in family.localrules())
+)
 
 
 onstart:
@@ -120,6 +131,7 @@ onsuccess:
 
 
 rule all:
+    default_target: True
     input:
         foundation_targets(),
         [family_targets(name) for name in FAMILIES],

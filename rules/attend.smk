@@ -6,12 +6,6 @@ ATTEND = config["analyses"]["attend"]
 ATTEND_OUT = FAMILIES["attend"]
 
 
-rule attend:
-    input:
-        family_targets("attend"),
-        report_targets(),
-
-
 rule attend_compute:
     input:
         unpack(attend_needs),
@@ -37,6 +31,6 @@ rule attend_compute:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        **settings_params(AttendSettings),
+        **settings_params("attend", "AttendSettings"),
     script:
         "../scripts/attend_compute.py"

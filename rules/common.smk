@@ -1,36 +1,9 @@
 # Helpers shared by every .smk file: config checks, look-ups, input functions and targets.
 # All functions live here: `snakemake --lint` asks that files of rules hold no functions.
+import importlib  # noqa: E402
+
 from snakemake.exceptions import WorkflowError  # noqa: E402
 
-from attnscope.analyses.attend.settings import AttendSettings  # noqa: E402
-from attnscope.analyses.heads.settings import (
-    RolesSettings,
-    ScoresSettings,
-)  # noqa: E402
-from attnscope.analyses.mixing.settings import (  # noqa: E402
-    MixingSettings,
-    MixingTablesSettings,
-)
-from attnscope.analyses.norms.settings import (
-    NormsSettings,
-    SinkCardSettings,
-)  # noqa: E402
-from attnscope.analyses.position.settings import (  # noqa: E402
-    BilinearSettings,
-    ClusterSettings,
-    PositionSettings,
-    RotarySettings,
-)
-from attnscope.analyses.probing.settings import (
-    ProbeSettings,
-    ProbingSettings,
-)  # noqa: E402
-from attnscope.analyses.views.settings import ViewsSettings  # noqa: E402
-from attnscope.analyses.weights.settings import (  # noqa: E402
-    DistanceSettings,
-    GradientSettings,
-    StatisticsSettings,
-)
 from attnscope.core.settings import rule_params  # noqa: E402
 from attnscope.data.corpora import KINDS as CORPUS_KINDS  # noqa: E402
 from attnscope.core.layer_selection import layer_setting  # noqa: E402
@@ -82,12 +55,15 @@ wildcard_constraints:
     shard="[0-9]+",
 
 
-def settings_params(kind, unread=()):
-    """The params of a rule whose script reads `Job.settings(kind)`: the settings the job's
-    outputs depend on, declared once by the settings class (`core.settings.rule_params`), so
-    that changing one of them reruns the job and changing another family setting does not;
-    `unread`: settings of the class this job does not read."""
-    return rule_params(kind, config, unread)
+def settings_params(family, name, unread=None):
+    """The params of a rule whose script reads `Job.settings` of the settings class `name` of
+    `family` (`analyses/<family>/settings.py`): the settings the job's outputs depend on,
+    declared once by the class (`core.settings.rule_params`), so that changing one of them
+    reruns the job and changing another does not; `unread`: the name of the class attribute
+    listing settings this job does not read."""
+    found = importlib.import_module(f"attnscope.analyses.{family}.settings")
+    kind = getattr(found, name)
+    return rule_params(kind, config, getattr(kind, unread) if unread else ())
 
 
 def canonical(value):

@@ -7,11 +7,6 @@ HEADS = config["analyses"]["heads"]
 HEADS_OUT = FAMILIES["heads"]
 
 
-rule heads:
-    input:
-        family_targets("heads"),
-
-
 rule heads_scores:
     input:
         manifest=manifest,
@@ -32,7 +27,7 @@ rule heads_scores:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        **settings_params(ScoresSettings),
+        **settings_params("heads", "ScoresSettings"),
     script:
         "../scripts/heads_scores.py"
 
@@ -58,7 +53,7 @@ rule heads_roles:
     conda:
         "../envs/plots.yaml"
     params:
-        **settings_params(RolesSettings),
+        **settings_params("heads", "RolesSettings"),
         links=heads_links,
     script:
         "../scripts/heads_roles.py"

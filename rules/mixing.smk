@@ -5,12 +5,6 @@ MIXING = config["analyses"]["mixing"]
 MIXING_OUT = FAMILIES["mixing"]
 
 
-rule mixing:
-    input:
-        family_targets("mixing"),
-        report_targets(),
-
-
 # With shards: S > 1, S mixing_shard jobs analyse a block of layers each and mixing_compute
 # gathers them from the folder collect_shards moves them to (rules/shards.smk).
 rule mixing_shard:
@@ -31,7 +25,7 @@ rule mixing_shard:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        **settings_params(MixingSettings, MixingSettings.propagation),
+        **settings_params("mixing", "MixingSettings", "propagation"),
         shards=SHARDS,
     script:
         "../scripts/mixing_compute.py"
@@ -61,7 +55,7 @@ rule mixing_compute:
         gpu=gather_gpu_count,
         slurm_partition=gather_partition,
     params:
-        **settings_params(MixingSettings, MixingSettings.propagation),
+        **settings_params("mixing", "MixingSettings", "propagation"),
     script:
         "../scripts/mixing_compute.py"
 
@@ -83,7 +77,7 @@ rule mixing_tables:
     conda:
         "../envs/model.yaml"
     params:
-        **settings_params(MixingTablesSettings),
+        **settings_params("mixing", "MixingTablesSettings"),
     script:
         "../scripts/mixing_tables.py"
 
@@ -118,6 +112,6 @@ rule mixing_propagate:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        **settings_params(MixingSettings),
+        **settings_params("mixing", "MixingSettings"),
     script:
         "../scripts/mixing_propagate.py"

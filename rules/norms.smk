@@ -7,12 +7,6 @@ NORMS_OUT = FAMILIES["norms"]
 SINK_CARD = NORMS_OUT.every_layer
 
 
-rule norms:
-    input:
-        family_targets("norms"),
-        report_targets(),
-
-
 rule norms_affine:
     input:
         layer_kinds=layer_kinds,
@@ -53,7 +47,7 @@ rule norms_shard:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        **settings_params(NormsSettings),
+        **settings_params("norms", "NormsSettings"),
         shards=SHARDS,
     script:
         "../scripts/norms_compute.py"
@@ -84,7 +78,7 @@ rule norms_compute:
         gpu=gather_gpu_count,
         slurm_partition=gather_partition,
     params:
-        **settings_params(NormsSettings),
+        **settings_params("norms", "NormsSettings"),
     script:
         "../scripts/norms_compute.py"
 
@@ -120,6 +114,6 @@ rule norms_sink_card:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        **settings_params(SinkCardSettings),
+        **settings_params("norms", "SinkCardSettings"),
     script:
         "../scripts/norms_sink_card.py"

@@ -7,12 +7,6 @@ POSITION = config["analyses"]["position"]
 POSITION_OUT = FAMILIES["position"]
 
 
-rule position:
-    input:
-        family_targets("position"),
-        report_targets(),
-
-
 rule position_embeddings:
     input:
         layer_kinds=layer_kinds,
@@ -44,7 +38,7 @@ rule position_svd:
         "../envs/model.yaml"
     threads: MODEL_THREADS
     params:
-        **settings_params(BilinearSettings),
+        **settings_params("position", "BilinearSettings"),
     script:
         "../scripts/position_svd.py"
 
@@ -68,7 +62,7 @@ rule position_shard:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        **settings_params(PositionSettings),
+        **settings_params("position", "PositionSettings"),
         shards=SHARDS,
     script:
         "../scripts/position_corpus.py"
@@ -100,7 +94,7 @@ rule position_corpus:
         gpu=gather_gpu_count,
         slurm_partition=gather_partition,
     params:
-        **settings_params(PositionSettings),
+        **settings_params("position", "PositionSettings"),
     script:
         "../scripts/position_corpus.py"
 
@@ -119,7 +113,7 @@ rule position_clusters:
     conda:
         "../envs/model.yaml"
     params:
-        **settings_params(ClusterSettings),
+        **settings_params("position", "ClusterSettings"),
     script:
         "../scripts/position_clusters.py"
 
@@ -147,6 +141,6 @@ rule position_rotary:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        **settings_params(RotarySettings),
+        **settings_params("position", "RotarySettings"),
     script:
         "../scripts/position_rotary.py"

@@ -5,12 +5,6 @@ PROBING = config["analyses"]["probing"]
 PROBING_OUT = FAMILIES["probing"]
 
 
-rule probing:
-    input:
-        family_targets("probing"),
-        report_targets(),
-
-
 rule probing_syntax:
     input:
         unpack(needed_tables("probing")),
@@ -34,7 +28,7 @@ rule probing_syntax:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        **settings_params(ProbingSettings),
+        **settings_params("probing", "ProbingSettings"),
     script:
         "../scripts/probing_syntax.py"
 
@@ -56,7 +50,7 @@ rule probing_probe:
         "../envs/model.yaml"
     threads: MODEL_THREADS
     params:
-        **settings_params(ProbeSettings),
+        **settings_params("probing", "ProbeSettings"),
     script:
         "../scripts/probing_probe.py"
 
@@ -82,6 +76,6 @@ rule probing_coref:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        **settings_params(ProbingSettings),
+        **settings_params("probing", "ProbingSettings"),
     script:
         "../scripts/probing_coref.py"

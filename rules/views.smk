@@ -5,12 +5,6 @@ VIEWS = config["analyses"]["views"]
 VIEWS_OUT = FAMILIES["views"]
 
 
-rule views:
-    input:
-        family_targets("views"),
-        report_targets(),
-
-
 rule views_pages:
     input:
         manifest=manifest,
@@ -36,7 +30,7 @@ rule views_pages:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        **settings_params(ViewsSettings),
+        **settings_params("views", "ViewsSettings"),
         **needed_settings("views"),
         sequences=view_sequences,
     script:

@@ -5,12 +5,6 @@ WEIGHTS = config["analyses"]["weights"]
 WEIGHTS_OUT = FAMILIES["weights"]
 
 
-rule weights:
-    input:
-        family_targets("weights"),
-        report_targets(),
-
-
 # With shards: S > 1, S weights_shard jobs analyse a block of layers each and weights_stats
 # gathers them from the folder collect_shards moves them to (rules/shards.smk).
 rule weights_shard:
@@ -30,7 +24,7 @@ rule weights_shard:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        **settings_params(StatisticsSettings),
+        **settings_params("weights", "StatisticsSettings"),
         shards=SHARDS,
     script:
         "../scripts/weights_stats.py"
@@ -56,7 +50,7 @@ rule weights_stats:
         gpu=gather_gpu_count,
         slurm_partition=gather_partition,
     params:
-        **settings_params(StatisticsSettings),
+        **settings_params("weights", "StatisticsSettings"),
     script:
         "../scripts/weights_stats.py"
 
@@ -83,7 +77,7 @@ rule weights_distances:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        **settings_params(DistanceSettings),
+        **settings_params("weights", "DistanceSettings"),
     script:
         "../scripts/weights_distances.py"
 
@@ -107,6 +101,6 @@ rule weights_gradients:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        **settings_params(GradientSettings),
+        **settings_params("weights", "GradientSettings"),
     script:
         "../scripts/weights_gradients.py"

@@ -11,17 +11,16 @@ from snakemake.utils import update_config, validate
 from attnscope.data.corpora.characters import visible
 from attnscope.pipeline.config_checks import (
     ConfigError,
+    ModelFacts,
     check_config,
     check_config_files,
     check_every_layer,
     check_integer_settings,
     check_model_corpora,
     check_models,
-    check_position_heads,
-    check_sink_positions,
     check_texts,
-    check_view_sequences,
     float_integers,
+    refuse,
 )
 from attnscope.pipeline.outputs import families
 from attnscope.pipeline.user_config import (
@@ -33,6 +32,22 @@ from attnscope.pipeline.user_config import (
 
 ROOT = Path(__file__).parents[1]
 SCHEMA = ROOT / "config" / "schema.yaml"
+FAMILIES = families()
+
+
+def check_view_sequences(config: dict) -> None:
+    """The views family's check of its sequences against the corpora."""
+    refuse(FAMILIES["views"].checks(config))
+
+
+def check_position_heads(config: dict, model: str, layers, n_layers: int, n_heads: int) -> None:
+    """The position family's check of its heads against one model's layers and heads."""
+    refuse(FAMILIES["position"].model_checks(config, ModelFacts(model, n_layers, n_heads, layers)))
+
+
+def check_sink_positions(config: dict) -> None:
+    """The norms family's last check: Sink^eps's positions against its corpora's lengths."""
+    refuse(FAMILIES["norms"].last_checks(config))
 
 
 def default_config() -> dict:

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 import attnscope
 from attnscope.pipeline.outputs import families
@@ -126,19 +127,63 @@ def test_family_figures_match_their_declaration(name):
         assert required <= expected <= set(params), figure.name
         caption = ROOT / "report" / name / f"{figure.name}.rst"
         assert caption.is_file() and caption.read_text().strip(), caption
-    assert (ROOT / "rules" / f"{name}.smk").read_text().count(f"rule {name}:\n") == 1
 
 
-def test_plots_modules_import_without_torch():
-    """Figures run in the plots environment, which has no torch."""
+def test_plots_modules_and_declarations_import_without_torch():
+    """Figures run in the plots environment, which has no torch; so do the family
+    declarations (the registry `families()`), which the figure rules read."""
     drawn = [name for name, family in FAMILIES.items() if family.figures]
     imports = "\n".join(f"import attnscope.analyses.{name}.plots" for name in drawn)
+    imports += "\nfrom attnscope.pipeline.outputs import families\nfamilies()"
     code = f"import sys\n{imports}\nassert 'torch' not in sys.modules, 'torch was imported'"
     import subprocess
     import sys
 
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT / "scripts", capture_output=True)
     assert done.returncode == 0, done.stderr.decode()[-2000:]
+
+
+def test_the_layout_page_lists_every_declared_family():
+    """docs/layout.md's tree names each family of the registry (`families()`), and no other,
+    under `analyses/<family>/`."""
+    tree = (ROOT / "docs" / "layout.md").read_text().split("```")[1]
+    listed = re.findall(r"^    ([a-z_]+)/ ", tree, flags=re.MULTILINE)
+    assert sorted(listed) == sorted(FAMILIES)
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_each_family_has_its_page_in_the_nav_and_its_tests(name):
+    """docs/analyses/<family>.md, listed in mkdocs.yml's nav, and tests/test_<family>.py."""
+    assert (ROOT / "docs" / "analyses" / f"{name}.md").is_file()
+    assert f": analyses/{name}.md\n" in (ROOT / "mkdocs.yml").read_text()
+    assert (ROOT / "tests" / f"test_{name}.py").is_file()
+
+
+def test_the_built_in_config_and_the_schema_have_a_block_per_family():
+    """config/config.yaml and config/schema.yaml give every declared family, and only those,
+    a block under `analyses:`."""
+    config = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
+    schema = yaml.safe_load((ROOT / "config" / "schema.yaml").read_text())
+    assert sorted(config["analyses"]) == sorted(FAMILIES)
+    assert sorted(schema["properties"]["analyses"]["properties"]) == sorted(FAMILIES)
+
+
+def test_every_family_rule_has_its_memory_declared():
+    """Each rule of rules/<family>.smk (read as text) but the family's local ones has a
+    Memory in its declaration's `jobs`, and each declared job is such a rule (the Snakefile
+    checks the same of the parsed rules, `check_declared_jobs`)."""
+    for name, family in FAMILIES.items():
+        text = (ROOT / "rules" / f"{name}.smk").read_text()
+        defined = set(re.findall(r"^rule (\w+):", text, flags=re.MULTILINE))
+        assert defined - set(family.localrules()) == set(family.jobs), name
+
+
+def test_the_memory_terms_chunk_is_the_lm_heads():
+    """job_memory (no torch) repeats the LM head's chunk size: held equal here."""
+    from attnscope.core.lm_head import CHUNK_BYTES
+    from attnscope.pipeline.job_memory import CHUNK_BYTES as counted
+
+    assert counted == CHUNK_BYTES
 
 
 def imported_families(path: Path) -> set[str]:

@@ -94,3 +94,43 @@ def test_the_budget_counts_only_what_the_queries_can_use():
     for job in ("norms_compute", "mixing_compute"):
         assert job_bytes(job, size, 100_000) == job_bytes(job, size, 10**9) < 10 * MIB
         assert job_bytes(job, size, 0.01) < job_bytes(job, size, 100_000)
+
+
+def test_a_family_rule_without_a_memory_declaration_is_refused():
+    """Every rule of a family's rules file but its local ones is declared (`Family.jobs`):
+    one more rule, or one declaration fewer, stops the workflow naming what to edit; a
+    declaration of a rule the file does not define is refused too."""
+    from dataclasses import replace
+
+    from attnscope.pipeline.job_memory import Memory
+    from attnscope.pipeline.memory_estimate import UndeclaredJobError, check_declared_jobs
+    from attnscope.pipeline.outputs import families
+
+    declared = families()
+    rules = {job: name for name, family in declared.items() for job in family.jobs}
+    rules |= {rule: name for name, family in declared.items() for rule in family.localrules()}
+    rules |= {"extract_hidden_states": "extract", "weights_figure_entropy": "figures"}
+    check_declared_jobs(declared, rules)
+    with pytest.raises(UndeclaredJobError, match=r"rules/norms\.smk: rule\(s\) norms_new have"):
+        check_declared_jobs(declared, rules | {"norms_new": "norms"})
+    fewer = {
+        job: memory for job, memory in declared["attend"].jobs.items() if job != "attend_compute"
+    }
+    with pytest.raises(UndeclaredJobError, match=r"rule\(s\) attend_compute have no memory"):
+        check_declared_jobs(declared | {"attend": replace(declared["attend"], jobs=fewer)}, rules)
+    extra = declared["views"].jobs | {"views_gone": Memory(unestimated="a test")}
+    with pytest.raises(
+        UndeclaredJobError, match=r"declares the memory of views_gone, which rules/views"
+    ):
+        check_declared_jobs(declared | {"views": replace(declared["views"], jobs=extra)}, rules)
+
+
+def test_a_memory_declaration_has_a_formula_or_says_why_not():
+    from attnscope.pipeline.job_memory import Memory
+
+    with pytest.raises(ValueError, match="a formula"):
+        Memory()
+    with pytest.raises(ValueError, match="a formula"):
+        Memory(lambda size, budget, settings: 0, unestimated="both")
+    with pytest.raises(ValueError, match="not estimated: a layer shard"):
+        job_bytes("norms_shard", Sizes(1, 8, 1, 1, 4), 1)

@@ -538,7 +538,12 @@ def test_a_contrast_must_be_two_different_known_pieces(minilm_tokenizer, contras
 def test_a_bad_contrast_stops_the_config_checks_for_a_model_with_a_head(tmp_path):
     """Before any job: the contrast is read with each local model's tokenizer where the model
     has an LM head (a bare model predicts nothing, so it is not asked)."""
-    from attnscope.pipeline.config_checks import ConfigError, check_contrast
+    from attnscope.pipeline.config_checks import ConfigError, ModelFacts, refuse
+    from attnscope.pipeline.outputs import families
+
+    def check_contrast(name, folder, mixing):
+        config = {"analyses": {"mixing": mixing}}
+        refuse(families()["mixing"].model_checks(config, ModelFacts(name, 2, 4, [0, 1], folder)))
 
     folder = tmp_path / "llama"
     write_tiny_decoder_folder(folder, "llama")

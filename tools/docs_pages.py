@@ -91,7 +91,7 @@ UNDESCRIBED = {
     "analyses": "one block per analysis family",
     **{
         f"analyses.{family}": f"settings of the {family} family"
-        for family in ("weights", "norms", "position", "mixing", "probing", "views")
+        for family in _attnscope().pipeline.outputs.families()
     },
     "cluster.cpu_partition": "SLURM partition of the jobs that ask for no GPU",
     "cluster.gpu_partition": "SLURM partition of the jobs that ask for a GPU",

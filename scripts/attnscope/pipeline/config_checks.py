@@ -6,6 +6,8 @@ message naming the key, and nothing is computed or overwritten.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -14,7 +16,7 @@ from attnscope.architectures import StreamingUnavailableError, architecture, che
 from attnscope.core.layer_selection import LayerSelectionError, selected_layers, whole_model
 from attnscope.data.corpora import KINDS as CORPUS_KINDS
 from attnscope.data.corpora.characters import visible
-from attnscope.pipeline import gguf
+from attnscope.pipeline import gguf, outputs
 from attnscope.pipeline.models import (
     local_gguf,
     local_model_config,
@@ -28,6 +30,44 @@ from attnscope.pipeline.user_config import corpus_for_model, cut_to_context
 
 class ConfigError(ValueError):
     """A configuration value contradicts another one."""
+
+
+def refuse(messages: Iterable[str]) -> None:
+    """Raise ConfigError for the first of a family check's messages (after "config: ")."""
+    for message in messages:
+        raise ConfigError(f"config: {message}")
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a family's `model_checks` may read of one model on this machine: its name, its
+    number of layers and of heads per layer, its analysed layers (0-based), and its folder
+    (None: a GGUF file still to dequantise, `gguf_file`)."""
+
+    name: str
+    n_layers: int
+    n_heads: int
+    layers: list[int]
+    folder: Path | None = None
+    gguf_file: Path | None = None
+
+    def head_tokenizer(self):
+        """The tokenizer of the pieces the model predicts; None for a model without a
+        language-model head (a GGUF is a causal LM: the tokenizer it carries)."""
+        from transformers import AutoTokenizer
+
+        from attnscope.architectures import lm_head_kind
+
+        if self.folder is None and self.gguf_file is None:
+            return None  # nothing on this machine to read it from
+        if self.folder is None or gguf.is_gguf(Path(self.folder)):
+            try:
+                return gguf.gguf_tokenizer(Path(self.folder or self.gguf_file))
+            except gguf.GGUFError as error:
+                raise ConfigError(f"config: model {self.name!r}: {error}") from None
+        if lm_head_kind(str(self.folder)) is None:
+            return None
+        return AutoTokenizer.from_pretrained(self.folder)
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -137,9 +177,16 @@ def check_config(config: dict, families: dict[str, Family]) -> None:
         if config["analyses"][name].get("enabled", True)
         for corpus in family.corpora(config["analyses"][name])
     }
-    check_view_sequences(config)
-    check_models(config, sorted(used))
+    for family in families.values():
+        refuse(family.checks(config))
+    check_models(config, sorted(used), families)
     check_every_layer(config, families, model_depths(config))
+
+
+def check_last(config: dict, families: dict[str, Family]) -> None:
+    """The families' `last_checks`: run once every other setting has been checked."""
+    for family in families.values():
+        refuse(family.last_checks(config))
 
 
 def model_depths(config: dict) -> dict[str, int | None]:
@@ -281,60 +328,17 @@ def check_model_corpora(config: dict) -> None:
             check_repeated(f"{corpus} (as models.{model}.corpora sets it)", settings)
 
 
-def check_sink_positions(config: dict) -> None:
-    """Every norms corpus, as each model reads it, is at least `analyses.norms.sink_positions`
-    pieces long (`max_length`): Gu et al.'s Sink^eps reads each sequence's first that many
-    pieces, and leaves shorter sequences out."""
-    norms = config["analyses"]["norms"]
-    if not norms.get("enabled", True):
-        return
-    positions = norms.get("sink_positions", 64)
-    for corpus in norms.get("corpora", []):
-        if corpus not in config["corpora"]:
-            continue  # named by check_config
-        for model in config["models"]:
-            length = corpus_for_model(config, model, corpus)["max_length"]
-            if length < positions:
-                raise ConfigError(
-                    f"config: analyses.norms.sink_positions is {positions}, but corpora."
-                    f"{corpus}.max_length is {length} for model {model!r}: Sink^eps reads each "
-                    "sequence's first sink_positions pieces; lower sink_positions or raise "
-                    "max_length"
-                )
-
-
-def check_view_sequences(config: dict) -> None:
-    """The sequences `analyses.views.sequences` names exist where the config tells: below the
-    number of texts of a texts corpus, below `n_sequences` (when not 0) of another."""
-    views = config["analyses"]["views"]
-    if not views.get("enabled", True):
-        return
-    for corpus, indices in views.get("sequences", {}).items():
-        if corpus not in config["corpora"]:
-            continue  # named by the family's own problems
-        for model in config["models"]:
-            settings = corpus_for_model(config, model, corpus)
-            if settings["kind"] == "texts":
-                count, what = len(settings.get("texts") or []), "texts"
-            else:
-                count, what = settings.get("n_sequences", 0), "sequences at most (n_sequences)"
-            beyond = sorted(i for i in indices if count and i >= count)
-            if beyond:
-                raise ConfigError(
-                    f"config: analyses.views.sequences.{corpus} names sequences {beyond}, but "
-                    f"corpus {corpus!r} has {count} {what} for model {model!r} (0-based: "
-                    f"0..{count - 1})"
-                )
-
-
-def check_models(config: dict, used_corpora: list[str] = ()) -> None:
+def check_models(
+    config: dict, used_corpora: list[str] = (), families: dict[str, Family] | None = None
+) -> None:
     """Every model that is on this machine exists, has a supported architecture, a
     tokenizer and whole weight files (`require_weights`), has safetensors weights if
     `loading` is layer-streamed, has every layer that `layers` names and at least `shards`
     of them, takes inputs as long as every corpus's max_length, has a mask token if an
-    analysis reads a corpus (of `used_corpora`) with [MASK], and has `contrast`'s pieces
-    (`check_contrast`; a GGUF's from the tokenizer it carries) (hub models still to fetch:
-    at acquisition)."""
+    analysis reads a corpus (of `used_corpora`) with [MASK], and passes the `model_checks`
+    of the `families` (every declared family where None) (hub models still to fetch: at
+    acquisition)."""
+    declared_families = outputs.families() if families is None else families
     for name, spec in config["models"].items():
         model_config = local_model_config(name, spec, config["mirror"])
         if model_config is None:
@@ -344,9 +348,6 @@ def check_models(config: dict, used_corpora: list[str] = ()) -> None:
         if folder is not None:
             require_tokenizer(name, folder)
             require_weights(name, folder)
-            check_contrast(name, folder, config.get("analyses", {}).get("mixing", {}))
-        elif (gguf_file := local_gguf(name, spec, config["mirror"])) is not None:
-            check_contrast(name, gguf_file, config.get("analyses", {}).get("mixing", {}))
         masked = [
             c for c in used_corpora if corpus_for_model(config, name, c).get("mask_rate", 0) > 0
         ]
@@ -375,7 +376,10 @@ def check_models(config: dict, used_corpora: list[str] = ()) -> None:
                 f"config: shards is {config['shards']}, but model {name!r} {analysed} "
                 f"{len(layers)} layers; use at most {len(layers)} shards"
             )
-        check_position_heads(config, name, layers, n_layers, family.n_heads(model_config))
+        gguf_file = None if folder is not None else local_gguf(name, spec, config["mirror"])
+        facts = ModelFacts(name, n_layers, family.n_heads(model_config), layers, folder, gguf_file)
+        for declared in declared_families.values():
+            refuse(declared.model_checks(config, facts))
         limit = family.max_positions(model_config)
         check_repeated_model(config, name, folder, limit)
         for corpus in config["corpora"]:
@@ -387,56 +391,3 @@ def check_models(config: dict, used_corpora: list[str] = ()) -> None:
                     f"model: models.{name}.corpora.{corpus}.max_length), or set "
                     f"corpora.{corpus}.cut_to_context: true"
                 )
-
-
-def check_contrast(name: str, folder, mixing: dict) -> None:
-    """`analyses.mixing.contrast` is two different pieces of the vocabulary of model `name`
-    (in `folder`, or a GGUF file: a causal LM, its tokenizer read from the file) if it has an
-    LM head (`core.tokens.contrast_ids`; a model without one predicts nothing). Reads the
-    tokenizer only when a contrast is set."""
-    if not mixing.get("contrast"):
-        return
-    from transformers import AutoTokenizer
-
-    from attnscope.architectures import lm_head_kind
-    from attnscope.core.tokens import contrast_ids
-
-    if gguf.is_gguf(Path(folder)):
-        try:
-            tokenizer = gguf.gguf_tokenizer(Path(folder))
-        except gguf.GGUFError as error:
-            raise ConfigError(f"config: model {name!r}: {error}") from None
-    elif lm_head_kind(str(folder)) is None:
-        return
-    else:
-        tokenizer = AutoTokenizer.from_pretrained(folder)
-    try:
-        contrast_ids(tokenizer, mixing["contrast"])
-    except ValueError as error:
-        raise ConfigError(f"config: model {name!r}: {error}") from None
-
-
-def check_position_heads(
-    config: dict, model: str, layers: list[int], n_layers: int, n_heads: int
-) -> None:
-    """The [layer, head] pairs (1-based) of `analyses.position.heads` exist in `model` (of
-    `n_layers` layers of `n_heads` heads) and lie in its analysed `layers` (0-based)."""
-    position = config.get("analyses", {}).get("position", {})
-    if not position.get("enabled", True):
-        return
-    for layer, head in position.get("heads", []):
-        if not 1 <= layer <= n_layers:
-            raise ConfigError(
-                f"config: analyses.position.heads names layer {layer} (head {head}), but model "
-                f"{model!r} has {n_layers} layers (1 to {n_layers})"
-            )
-        if not 1 <= head <= n_heads:
-            raise ConfigError(
-                f"config: analyses.position.heads names head {head} of layer {layer}, but model "
-                f"{model!r} has {n_heads} heads per layer (1 to {n_heads})"
-            )
-        if layer - 1 not in layers:
-            raise ConfigError(
-                f"config: analyses.position.heads names layer {layer} (head {head}), which "
-                f"layers: {config['layers']} leaves out"
-            )

@@ -2,52 +2,21 @@
 
 Per model and corpus, the largest job's working memory beside the model's weights (the whole
 model, or one layer on the layer-streamed route) and the process (torch, the libraries:
-about 0.6 GB), from config.json and the configured lengths and batch sizes. With
-B sequences per batch of n pieces, H heads, L layers, width d, a vocabulary of V pieces,
-budget the `memory_budget_mb` and float32 values (4 bytes), the terms are:
-
-    attention  A = B H n^2 4   one layer's attention weights of a batch
-    map        M = B n^2 4     one [B, n, n] map (the additive mask, one head's softmax)
-    vocabulary W = 3 min(CHUNK, P V 4)   the logits of P positions, built a chunk of at most
-                   `core.lm_head.CHUNK_BYTES` (64 MiB) at a time: the chunk, its shifted
-                   copy and their exponentials (the same under autograd: the backward
-                   rebuilds one chunk at a time)
-    budget     a query chunk of memory_budget_mb, but never more than all n queries take:
-               norms min(budget, 3 B H n^2 8) (the float64 quadratic form),
-               mixing min(budget, 4 B n^2 d 4) (`layer_decomposition.STAGE_COPIES` stages)
+about 0.6 GB), from config.json and the configured lengths and batch sizes. Each family
+declares how every job of `rules/<family>.smk` counts (`Family.jobs`: a formula in the terms
+of `pipeline.job_memory`, or why it has none); the extraction is counted here:
 
     extract_hidden_states  2 A + M + B (L + 1) n d 4   eager scores and weights, the states
-    weights_stats          A + 4 M                 alpha, its mask, one head's temporaries
-    weights_distances      L A + 2 M               every layer's attention of one batch
-                           (distance_batch_size; on the layer-streamed route one layer's)
-    weights_gradients      (2 L + 5) A + 12 L B n d 4 + W(B n)   every layer's attention and
-                           its gradient kept for the backward, the layers' activations, the
-                           importance sums in float64, the loss (one layer on the
-                           layer-streamed route)
-    norms_compute          A + 4 M + B H n d 4 + budget       alpha, f(x), the norm chunks
-    norms_sink_card        max(extract_hidden_states, W(B n))   the repeated-token control's
-                           forward, then the next-token loss of the massive-activation
-                           intervention (a causal LM)
-    mixing_compute         A + 10 M + budget       alpha, the seven scope maps, the chunks
-                           (the mixing family's batch_size)
-    attend_compute         5 C n d 4 + 3 H K n^2 4 + 16 MiB,   C = 2 + L (H + 1),  K = 7
-                           one sequence's split, its normed copy, the queries and keys of
-                           every head by component and one weighting's key difference (each
-                           [C, n, d]); the K weightings of every head [H, K, n, n]; the
-                           pass's fixed cost (a `component_window` w > 0:
-                           C = 2 + min(L, w + 1) (H + 1))
 
-Without a language-model head (config.json's `architectures` names none) the jobs that
-touch the vocabulary have nothing to compute there: W = 0 and weights_gradients is not
-counted.
+and a family job without a declaration stops the workflow at parse time
+(`check_declared_jobs`). Without a language-model head (config.json's `architectures` names
+none) the jobs that touch the vocabulary have nothing to compute there: W = 0, and a job
+declared `lm_head` is not counted; under a subset of `layers:` an `every_layer` job is not.
 
 Against the peaks measured above each step's start (`tests/test_memory_estimate.py`, fresh
 processes, `--allocator release`): four steps of `benchmarks/bench_length.py` at a small
 width, the vocabulary steps of `benchmarks/bench_vocabulary.py` (V up to 262,144) and the
 attend pass of `benchmarks/bench_attend.py` (SmolLM2's shape, 4 layers), each within a third.
-Not estimated: the propagation (mixing_propagate: `memory_budget_mb` and per layer B n^2
-float64 norms), the views, and the sink card's intervention states (the whole corpus's
-state at one layer, [N, n, d] float32, and its edited copies).
 """
 
 from __future__ import annotations
@@ -57,18 +26,22 @@ from dataclasses import dataclass
 
 from attnscope.architectures import architecture
 from attnscope.core.layer_selection import whole_model
-from attnscope.core.lm_head import CHUNK_BYTES
+from attnscope.pipeline import outputs
 from attnscope.pipeline.disk_estimate import corpus_readers, model_shape, readable
+from attnscope.pipeline.job_memory import Memory, Sizes, vocabulary_bytes
 from attnscope.pipeline.models import local_model_config
 from attnscope.pipeline.outputs import Family
 from attnscope.pipeline.user_config import corpus_for_model, cut_to_context
 
-FLOAT = 4  # bytes: the analyses decompose in float32
-MB = 2**20
-ATTEND_WEIGHTINGS = 7  # the attended keys and an encoder's 6 key classes (`lift.key_weights`)
-ATTEND_FIXED = 16 * MB  # the attend pass's cost at any size (its first sequence's calls)
+__all__ = ["Sizes", "job_bytes", "vocabulary_bytes"]
+
 HEAD_ARCHITECTURES = ("ForCausalLM", "LMHeadModel", "ForMaskedLM", "ForPreTraining")
-ONE_LAYER_STREAMED = ("weights_distances", "weights_gradients")  # L = 1 layer-streamed
+EXTRACT = "extract_hidden_states"
+EXTRACTION = Memory(lambda size, budget_mb, settings: size.states)
+
+
+class UndeclaredJobError(ValueError):
+    """A family's rule has no memory declaration, or a declaration names no rule."""
 
 
 @dataclass(frozen=True)
@@ -79,68 +52,56 @@ class JobMemory:
     bytes: int  # working memory beside the model's weights
 
 
-@dataclass(frozen=True)
-class Sizes:
-    """What a job's working memory depends on: B sequences per batch of n pieces, L layers
-    (those held at once), H heads, width d, V pieces of the vocabulary (0: no LM head) and
-    the attend family's `component_window`."""
-
-    B: int
-    n: int
-    L: int
-    H: int
-    d: int
-    V: int = 0
-    window: int = 0
+def declared(job: str) -> Memory:
+    """The Memory of a job: the extraction's, or as its family declares it; KeyError if none."""
+    if job == EXTRACT:
+        return EXTRACTION
+    for family in outputs.families().values():
+        if job in family.jobs:
+            return family.jobs[job]
+    raise KeyError(f"job {job!r}: no family declares its memory")
 
 
-def vocabulary_bytes(positions: int, V: int) -> int:
-    """The logits of `positions` positions over V pieces, a chunk at a time (module
-    docstring's W)."""
-    return 3 * min(CHUNK_BYTES, positions * V * FLOAT)
+def job_bytes(job: str, size: Sizes, budget_mb: float, settings: dict | None = None) -> int:
+    """The working memory of one model job (its family's formula, with the family's
+    `settings`); ValueError for a job declared without one."""
+    memory = declared(job)
+    if memory.bytes is None:
+        raise ValueError(f"job {job!r} is not estimated: {memory.unestimated}")
+    return memory.bytes(size, budget_mb, settings or {})
 
 
-def job_bytes(job: str, size: Sizes, budget_mb: float) -> int:
-    """The working memory of one model job (the module docstring's formulas)."""
-    B, n, L, H, d = size.B, size.n, size.L, size.H, size.d
-    A, M = B * H * n * n * FLOAT, B * n * n * FLOAT
-    budget = int(budget_mb * MB)
-    vocabulary = vocabulary_bytes(B * n, size.V)
-    extract = 2 * A + M + B * (L + 1) * n * d * FLOAT
-    components = 2 + (min(L, size.window + 1) if size.window else L) * (H + 1)
-    return {
-        "extract_hidden_states": extract,
-        "weights_stats": A + 4 * M,
-        "weights_distances": L * A + 2 * M,
-        "weights_gradients": (2 * L + 5) * A + 12 * L * B * n * d * FLOAT + vocabulary,
-        "norms_compute": A + 4 * M + B * H * n * d * FLOAT + min(budget, 6 * A),
-        "norms_sink_card": max(extract, vocabulary),
-        "mixing_compute": A + 10 * M + min(budget, 4 * M * d),
-        "attend_compute": 5 * components * n * d * FLOAT
-        + 3 * H * ATTEND_WEIGHTINGS * n * n * FLOAT
-        + ATTEND_FIXED,
-    }[job]
-
-
-def family_jobs(config: dict, family: str) -> dict[str, int]:
-    """{job: sequences per batch} of the estimated jobs of one family."""
-    settings, batch = config["analyses"][family], config["batch_size"]
-    return {
-        "weights": {
-            "weights_stats": batch,
-            "weights_distances": settings.get("distance_batch_size", batch),
-            "weights_gradients": batch,
-        },
-        "norms": {"norms_compute": batch, "norms_sink_card": batch},
-        "mixing": {"mixing_compute": settings.get("batch_size", batch)},
-        "attend": {"attend_compute": 1},
-    }.get(family, {})
+def check_declared_jobs(families: dict[str, Family], rules: dict[str, str]) -> None:
+    """Every rule {name: the stem of the rules file it is in} of a family's rules file
+    (`rules/<family>.smk`) but its local ones has a Memory in the family's `jobs`, and every
+    declared job is such a rule; UndeclaredJobError naming the file to edit otherwise."""
+    for name, family in families.items():
+        own = {rule for rule, stem in rules.items() if stem == name}
+        undeclared = sorted(own - set(family.jobs) - set(family.localrules()))
+        if undeclared:
+            raise UndeclaredJobError(
+                f"rules/{name}.smk: rule(s) {', '.join(undeclared)} have no memory "
+                f"declaration: give each a Memory in the jobs of "
+                f"scripts/attnscope/analyses/{name}/outputs.py (a formula, or unestimated= "
+                "saying why it has none)"
+            )
+        stale = sorted(set(family.jobs) - own)
+        if stale:
+            raise UndeclaredJobError(
+                f"scripts/attnscope/analyses/{name}/outputs.py declares the memory of "
+                f"{', '.join(stale)}, which rules/{name}.smk does not define"
+            )
 
 
 def estimate(config: dict, families: dict[str, Family]) -> list[JobMemory]:
     """The largest estimated job of every model with a local folder and every corpus read."""
-    readers = {  # {corpus: {job: sequences per batch}}
-        corpus: {job: B for f in read_by for job, B in family_jobs(config, f.name).items()}
+    readers = {  # {corpus: {job: (Memory, the family's settings)}}
+        corpus: {
+            job: (memory, config["analyses"][f.name])
+            for f in read_by
+            for job, memory in f.jobs.items()
+            if memory.bytes is not None
+        }
         for corpus, read_by in corpus_readers(config, families).items()
     }
     largest = []
@@ -154,20 +115,17 @@ def estimate(config: dict, families: dict[str, Family]) -> list[JobMemory]:
         H = model_shape(model_config, L, d).n_heads
         V = vocabulary(model_config)
         streamed = config["loading"] == "layer-streamed"
-        window = config["analyses"]["attend"].get("component_window", 0)
+        every_layer = whole_model(config.get("layers"), L)
         for corpus, jobs in readers.items():
             n = cut_to_context(corpus_for_model(config, model, corpus), limit)["max_length"]
-            jobs = {"extract_hidden_states": config["batch_size"]} | jobs
-            if not whole_model(config.get("layers"), L):
-                for job in ("weights_distances", "weights_gradients"):  # every layer's
-                    jobs.pop(job, None)
-            if not V:
-                jobs.pop("weights_gradients", None)  # "not applicable": no LM head
+            jobs = {EXTRACT: (EXTRACTION, {})} | jobs
             sizes = {}
-            for job, B in jobs.items():
-                depth = 1 if streamed and job in ONE_LAYER_STREAMED else L
-                shape = Sizes(B, n, depth, H, d, V, window)
-                sizes[job] = job_bytes(job, shape, config["memory_budget_mb"])
+            for job, (memory, settings) in jobs.items():
+                if (memory.every_layer and not every_layer) or (memory.lm_head and not V):
+                    continue  # not made: a layer subset, or "not applicable" (no LM head)
+                depth = 1 if streamed and memory.streamed else L
+                shape = Sizes(memory.batch(config, settings), n, depth, H, d, V)
+                sizes[job] = memory.bytes(shape, config["memory_budget_mb"], settings)
             job = max(sizes, key=sizes.get)
             largest.append(JobMemory(model, corpus, job, sizes[job]))
     return largest

@@ -1,10 +1,15 @@
-"""Output declarations: every analysis family lists its tables and figures once, here.
+"""Family declarations: the type in which every analysis family declares, once, what the
+pipeline needs to know of it (its tables and figures, its jobs' memory, its configuration
+checks, its local rules), and the registry that finds them.
 
-A family's `analyses/<family>/outputs.py` defines `FAMILY = Family(...)`. From that one
-declaration follow the rule outputs (rules ask `table()` for a declared path), the figure rules
-(`<family>_figure_<figure>`, drawn by the function `<figure>` of `analyses/<family>/plots.py`),
-the report entries (caption `report/<family>/<figure>.rst`), the targets of `rule all` and of
-`snakemake <family>`, and the check that the docs list every output (tests/test_docs.py).
+A family's `analyses/<family>/outputs.py` defines `FAMILY = Family(...)`; `families()` finds
+every one (the registry). From that one declaration follow the rule outputs (rules ask
+`table()` for a declared path), the figure rules (`<family>_figure_<figure>`, drawn by the
+function `<figure>` of `analyses/<family>/plots.py`), the report entries (caption
+`report/<family>/<figure>.rst`), the targets of `rule all` and of `snakemake <family>`, the
+Snakefile's local rules, the memory estimate (`jobs`: every job of `rules/<family>.smk`), the
+configuration checks, and the checks that the docs list every output and family
+(tests/test_docs.py, tests/test_layout.py).
 
 Scopes, with where their files go:
     corpus  results/{model}/{corpus}/<family>/<table>   one model on one corpus
@@ -20,6 +25,12 @@ import pkgutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from attnscope.pipeline.job_memory import Memory
+
+if TYPE_CHECKING:
+    from attnscope.pipeline.config_checks import ModelFacts
 
 FOLDERS = {
     "corpus": "results/{{model}}/{{corpus}}/{family}",
@@ -116,6 +127,19 @@ class Family:
               (`{shard}.h5`), until the gathering job has copied them into the one file
     run_pages  pages over every model of a run (results/<family>_<name>.html: the heads
               family's overview), made when the family is enabled
+    jobs      {rule: Memory} of every rule of `rules/<family>.smk` but the local ones: how
+              the memory estimate counts it (`pipeline.job_memory`); a rule missing here
+              stops the workflow at parse time
+    local_rules  rules run on the machine that runs Snakemake (bookkeeping), besides the
+              family's collect rule `<family>`, which always is
+    checks    config -> messages (after "config: ") of what the family's settings contradict
+              elsewhere in the configuration, checked before any job (after every family's
+              `problems`, before the models)
+    model_checks  (config, ModelFacts) -> messages of what the family's settings contradict
+              in one model on this machine (`pipeline.config_checks.ModelFacts`: its
+              layers, heads, tokenizer), checked before any job
+    last_checks  config -> messages, checked once every other setting has been (so that
+              they never hide another error)
     """
 
     name: str
@@ -132,6 +156,15 @@ class Family:
     part_bytes: Callable[[dict, ModelShape, int, int, int], int] | None = None
     shard_maps: tuple[str, ...] = ()
     run_pages: tuple[str, ...] = ()
+    jobs: dict[str, Memory] = field(default_factory=dict)
+    local_rules: tuple[str, ...] = ()
+    checks: Callable[[dict], Iterable[str]] = lambda config: ()
+    model_checks: Callable[[dict, ModelFacts], Iterable[str]] = lambda config, model: ()
+    last_checks: Callable[[dict], Iterable[str]] = lambda config: ()
+
+    def localrules(self) -> tuple[str, ...]:
+        """The family's rules run where Snakemake runs: its collect rule and `local_rules`."""
+        return (self.name, *self.local_rules)
 
     def folder_path(self, scope: str = "corpus") -> str:
         """Path pattern (wildcards model, corpus) of the family's folder of one scope."""

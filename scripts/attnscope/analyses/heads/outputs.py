@@ -2,6 +2,7 @@
 corpus (kind repeated_random) and the tables the other families make for the same model."""
 
 from attnscope.analyses.heads.roles import threshold_problems
+from attnscope.pipeline.job_memory import Memory
 from attnscope.pipeline.outputs import Family, Figure, Needs
 
 SCORES = ("role_scores.tsv", "in_context_loss.tsv", "patterns.json")
@@ -51,4 +52,9 @@ FAMILY = Family(
         ),
         Needs("attend", tables=lambda s: ("groups.tsv",), corpus=tables_corpus, optional=True),
     ),
+    jobs={
+        "heads_scores": Memory(unestimated="no formula yet"),
+        "heads_roles": Memory(unestimated="joins the families' tables, no model"),
+    },
+    local_rules=("heads_overview",),  # one page over the models' tables
 )

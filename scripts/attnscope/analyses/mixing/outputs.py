@@ -2,6 +2,7 @@
 
 from attnscope.maps.scopes import SCOPES
 from attnscope.maps.storage import map_bytes as stored_map_bytes
+from attnscope.pipeline.job_memory import Memory, Sizes, budget_bytes
 from attnscope.pipeline.outputs import Family, Figure, ModelShape
 
 
@@ -24,6 +25,37 @@ def part_bytes(
     RSA sums and counts (2 float64 per pair of scopes and layer)."""
     scopes = len(SCOPES)
     return 8 * shape.n_layers * (5 * scopes + scopes * (scopes - 1))
+
+
+def compute_bytes(size: Sizes, budget_mb: float, settings: dict) -> int:
+    """A + 10 M + min(budget, 4 B n^2 d 4): alpha, the seven scope maps, the query chunks
+    of the `layer_decomposition.STAGE_COPIES` stages (memory_budget_mb at most)."""
+    chunks = min(budget_bytes(budget_mb), 4 * size.one_map * size.d)
+    return size.attn_weights + 10 * size.one_map + chunks
+
+
+def own_batch(config: dict, settings: dict) -> int:
+    """The family's own `batch_size`, else the configuration's."""
+    return settings.get("batch_size", config["batch_size"])
+
+
+def contrast(config: dict, model):
+    """`analyses.mixing.contrast` is two different pieces of the vocabulary of `model` if it
+    has an LM head (`core.tokens.contrast_ids`; a model without one predicts nothing). Reads
+    the tokenizer only when a contrast is set (the views read it too, so whether or not the
+    family is enabled)."""
+    pieces = config.get("analyses", {}).get("mixing", {}).get("contrast")
+    if not pieces:
+        return
+    tokenizer = model.head_tokenizer()
+    if tokenizer is None:
+        return
+    from attnscope.core.tokens import contrast_ids
+
+    try:
+        contrast_ids(tokenizer, pieces)
+    except ValueError as error:
+        yield f"model {model.name!r}: {error}"
 
 
 FAMILY = Family(
@@ -64,4 +96,13 @@ FAMILY = Family(
         "prediction.tsv",
         "propagation_check.tsv",
     ),
+    jobs={
+        "mixing_shard": Memory(unestimated="a layer shard's part of mixing_compute"),
+        "mixing_compute": Memory(compute_bytes, batch=own_batch),
+        "mixing_tables": Memory(unestimated="tables read back from maps.h5, no model"),
+        "mixing_propagate": Memory(
+            unestimated="no formula yet: memory_budget_mb and per layer B n^2 float64 norms"
+        ),
+    },
+    model_checks=contrast,
 )

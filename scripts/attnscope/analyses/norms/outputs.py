@@ -3,7 +3,9 @@ al. 2023, Gu et al. 2024) and massive activations (Sun et al. 2024) from the sam
 the attention-sink card (`SINK_CARD`, the rule norms_sink_card: `sink_card.py`)."""
 
 from attnscope.maps.storage import map_bytes as stored_map_bytes
+from attnscope.pipeline.job_memory import FLOAT, Memory, Sizes, budget_bytes
 from attnscope.pipeline.outputs import Family, Figure, ModelShape
+from attnscope.pipeline.user_config import corpus_for_model
 
 SINK_CARD = (
     "sink_heads.tsv",
@@ -48,6 +50,44 @@ def problems(settings: dict):
         yield "scatter_max_points must not exceed spearman_sample_size"
 
 
+def compute_bytes(size: Sizes, budget_mb: float, settings: dict) -> int:
+    """A + 4 M + B H n d 4 + min(budget, 3 B H n^2 8): alpha, f(x), the norm chunks (the
+    float64 quadratic form, a query chunk of memory_budget_mb at most)."""
+    norms = size.B * size.H * size.n * size.d * FLOAT
+    chunks = min(budget_bytes(budget_mb), 6 * size.attn_weights)
+    return size.attn_weights + 4 * size.one_map + norms + chunks
+
+
+def sink_card_bytes(size: Sizes, budget_mb: float, settings: dict) -> int:
+    """max(the extraction's, W): the repeated-token control's forward, then the next-token
+    loss of the massive-activation intervention (a causal LM). Not counted: the
+    intervention's states (the whole corpus's state at one layer, [N, n, d] float32, and its
+    edited copies)."""
+    return max(size.states, size.logits)
+
+
+def sink_positions(config: dict):
+    """Every norms corpus, as each model reads it, is at least `sink_positions` pieces long
+    (`max_length`): Gu et al.'s Sink^eps reads each sequence's first that many pieces, and
+    leaves shorter sequences out."""
+    norms = config["analyses"]["norms"]
+    if not norms.get("enabled", True):
+        return
+    positions = norms.get("sink_positions", 64)
+    for corpus in norms.get("corpora", []):
+        if corpus not in config["corpora"]:
+            continue  # named by the corpus checks
+        for model in config["models"]:
+            length = corpus_for_model(config, model, corpus)["max_length"]
+            if length < positions:
+                yield (
+                    f"analyses.norms.sink_positions is {positions}, but corpora.{corpus}."
+                    f"max_length is {length} for model {model!r}: Sink^eps reads each "
+                    "sequence's first sink_positions pieces; lower sink_positions or raise "
+                    "max_length"
+                )
+
+
 FAMILY = Family(
     name="norms",
     title="Vector norms (Kobayashi et al. 2020)",
@@ -87,4 +127,12 @@ FAMILY = Family(
     part_bytes=part_bytes,
     shard_maps=("attn_n_maps.h5",),
     every_layer=SINK_CARD,
+    jobs={
+        "norms_affine": Memory(unestimated="no formula yet (the model's weights, no batch)"),
+        "norms_shard": Memory(unestimated="a layer shard's part of norms_compute"),
+        "norms_compute": Memory(compute_bytes),
+        "norms_sink_card": Memory(sink_card_bytes),
+    },
+    # Sink^eps's length: after every other setting's, so that it never hides another error
+    last_checks=sink_positions,
 )

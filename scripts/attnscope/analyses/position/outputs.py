@@ -1,5 +1,6 @@
 """Outputs of the position analyses (Yamamoto & Matsuzaki)."""
 
+from attnscope.pipeline.job_memory import Memory
 from attnscope.pipeline.outputs import Family, Figure, ModelShape
 
 
@@ -15,6 +16,33 @@ def part_bytes(
     per_head = r * (2 + 2 * length + 1 + 2 * X) + X + 4
     return 8 * (n_sequences * L * H * T + 3 * L * (length // 2 + 1) + L * H * per_head)
 
+
+def heads_exist(config: dict, model):
+    """The [layer, head] pairs (1-based) of `analyses.position.heads` exist in `model` and
+    lie in its analysed layers (`model.layers`, 0-based)."""
+    position = config.get("analyses", {}).get("position", {})
+    if not position.get("enabled", True):
+        return
+    n_layers, n_heads, name = model.n_layers, model.n_heads, model.name
+    for layer, head in position.get("heads", []):
+        if not 1 <= layer <= n_layers:
+            yield (
+                f"analyses.position.heads names layer {layer} (head {head}), but model "
+                f"{name!r} has {n_layers} layers (1 to {n_layers})"
+            )
+        if not 1 <= head <= n_heads:
+            yield (
+                f"analyses.position.heads names head {head} of layer {layer}, but model "
+                f"{name!r} has {n_heads} heads per layer (1 to {n_heads})"
+            )
+        if layer - 1 not in model.layers:
+            yield (
+                f"analyses.position.heads names layer {layer} (head {head}), which "
+                f"layers: {config['layers']} leaves out"
+            )
+
+
+NO_FORMULA = "no formula yet"
 
 FAMILY = Family(
     name="position",
@@ -59,4 +87,13 @@ FAMILY = Family(
         Figure("rotary_norms", "corpus", ("rotary_bands.tsv",)),
     ),
     part_bytes=part_bytes,
+    jobs={
+        "position_embeddings": Memory(unestimated=f"{NO_FORMULA} (the model's weights, no batch)"),
+        "position_svd": Memory(unestimated=f"{NO_FORMULA} (the model's weights, no batch)"),
+        "position_shard": Memory(unestimated="a layer shard's part of position_corpus"),
+        "position_corpus": Memory(unestimated=NO_FORMULA),
+        "position_clusters": Memory(unestimated="k-means on the corpus tables, no model"),
+        "position_rotary": Memory(unestimated=NO_FORMULA),
+    },
+    model_checks=heads_exist,
 )

@@ -5,6 +5,7 @@ Syntax and the probe run on the corpus `syntax_corpus` (UD EWT), coreference on 
 """
 
 from attnscope.maps.scopes import SCOPES
+from attnscope.pipeline.job_memory import Memory
 from attnscope.pipeline.outputs import Family, Figure, Needs
 
 MODEL_SOURCES = ("weights", "norms")
@@ -70,4 +71,9 @@ FAMILY = Family(
     },
     needs=(Needs("mixing", tables=mixing_tables),),
     every_layer=SYNTAX + COREF,  # every head of every layer is a candidate and a feature
+    jobs={
+        "probing_syntax": Memory(unestimated="no formula yet"),
+        "probing_probe": Memory(unestimated="a probe fitted on probe_features.h5, no model"),
+        "probing_coref": Memory(unestimated="no formula yet"),
+    },
 )
