@@ -31,9 +31,6 @@ rule attend_compute:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        sequences=ATTEND["sequences"],
-        component_window=ATTEND["component_window"],
-        top_k=ATTEND["top_k"],
-        massive_directions=ATTEND["massive_directions"],
+        **settings_params("attend", "AttendSettings"),
     script:
         "../scripts/attend_compute.py"

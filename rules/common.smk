@@ -1,7 +1,10 @@
 # Helpers shared by every .smk file: config checks, look-ups, input functions and targets.
 # All functions live here: `snakemake --lint` asks that files of rules hold no functions.
+import importlib  # noqa: E402
+
 from snakemake.exceptions import WorkflowError  # noqa: E402
 
+from attnscope.core.settings import rule_params  # noqa: E402
 from attnscope.data.corpora import KINDS as CORPUS_KINDS  # noqa: E402
 from attnscope.core.layer_selection import layer_setting  # noqa: E402
 from attnscope.pipeline.config_checks import check_config, model_depths  # noqa: E402
@@ -50,6 +53,17 @@ wildcard_constraints:
     family="|".join(FAMILIES),
     figure="[A-Za-z0-9_]+",
     shard="[0-9]+",
+
+
+def settings_params(family, name, unread=None):
+    """The params of a rule whose script reads `Job.settings` of the settings class `name` of
+    `family` (`analyses/<family>/settings.py`): the settings the job's outputs depend on,
+    declared once by the class (`core.settings.rule_params`), so that changing one of them
+    reruns the job and changing another does not; `unread`: the name of the class attribute
+    listing settings this job does not read."""
+    found = importlib.import_module(f"attnscope.analyses.{family}.settings")
+    kind = getattr(found, name)
+    return rule_params(kind, config, getattr(kind, unread) if unread else ())
 
 
 def canonical(value):

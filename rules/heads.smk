@@ -27,8 +27,7 @@ rule heads_scores:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        batch_size=config["batch_size"],
-        pattern_pieces=HEADS["pattern_pieces"],
+        **settings_params("heads", "ScoresSettings"),
     script:
         "../scripts/heads_scores.py"
 
@@ -54,8 +53,7 @@ rule heads_roles:
     conda:
         "../envs/plots.yaml"
     params:
-        thresholds=canonical(HEADS["thresholds"]),
-        min_share=HEADS["min_share"],
+        **settings_params("heads", "RolesSettings"),
         links=heads_links,
     script:
         "../scripts/heads_roles.py"

@@ -3,11 +3,6 @@
 
 MIXING = config["analyses"]["mixing"]
 MIXING_OUT = FAMILIES["mixing"]
-MIXING_PARAMS = dict(
-    batch_size=MIXING["batch_size"],
-    ig_steps=MIXING["ig_steps"],
-    maps_dtype=MIXING["maps_dtype"],
-)
 
 
 # With shards: S > 1, S mixing_shard jobs analyse a block of layers each and mixing_compute
@@ -30,7 +25,7 @@ rule mixing_shard:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        **MIXING_PARAMS,
+        **settings_params("mixing", "MixingSettings", "propagation"),
         shards=SHARDS,
     script:
         "../scripts/mixing_compute.py"
@@ -60,7 +55,7 @@ rule mixing_compute:
         gpu=gather_gpu_count,
         slurm_partition=gather_partition,
     params:
-        **MIXING_PARAMS,
+        **settings_params("mixing", "MixingSettings", "propagation"),
     script:
         "../scripts/mixing_compute.py"
 
@@ -82,10 +77,7 @@ rule mixing_tables:
     conda:
         "../envs/model.yaml"
     params:
-        batch_size=MIXING["batch_size"],
-        example_sequence=MIXING["example_sequence"],
-        example_tokens=MIXING["example_tokens"],
-        ff_pairs_top_k=MIXING["ff_pairs_top_k"],
+        **settings_params("mixing", "MixingTablesSettings"),
     script:
         "../scripts/mixing_tables.py"
 
@@ -120,11 +112,6 @@ rule mixing_propagate:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        batch_size=MIXING["batch_size"],
-        ig_steps=MIXING["ig_steps"],
-        maps_dtype=MIXING["maps_dtype"],
-        propagated_top_k=MIXING["propagated_top_k"],
-        rollout_scopes=MIXING["rollout_scopes"],
-        contrast=MIXING["contrast"],
+        **settings_params("mixing", "MixingSettings"),
     script:
         "../scripts/mixing_propagate.py"

@@ -5,15 +5,6 @@
 NORMS = config["analyses"]["norms"]
 NORMS_OUT = FAMILIES["norms"]
 SINK_CARD = NORMS_OUT.every_layer
-NORMS_PARAMS = dict(
-    batch_size=config["batch_size"],
-    seed=NORMS["seed"],
-    spearman_sample_size=NORMS["spearman_sample_size"],
-    sample_rate=NORMS["sample_rate"],
-    scatter_max_points=NORMS["scatter_max_points"],
-    maps_dtype=NORMS["maps_dtype"],
-    maps_top_k=NORMS["maps_top_k"],
-)
 
 
 rule norms_affine:
@@ -56,7 +47,7 @@ rule norms_shard:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        **NORMS_PARAMS,
+        **settings_params("norms", "NormsSettings"),
         shards=SHARDS,
     script:
         "../scripts/norms_compute.py"
@@ -87,7 +78,7 @@ rule norms_compute:
         gpu=gather_gpu_count,
         slurm_partition=gather_partition,
     params:
-        **NORMS_PARAMS,
+        **settings_params("norms", "NormsSettings"),
     script:
         "../scripts/norms_compute.py"
 
@@ -123,12 +114,6 @@ rule norms_sink_card:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        batch_size=config["batch_size"],
-        sink_epsilon=NORMS["sink_epsilon"],
-        sink_positions=NORMS["sink_positions"],
-        sink_sequences=NORMS["sink_sequences"],
-        massive_absolute=NORMS["massive_absolute"],
-        massive_ratio=NORMS["massive_ratio"],
-        massive_ordinary_share=NORMS["massive_ordinary_share"],
+        **settings_params("norms", "SinkCardSettings"),
     script:
         "../scripts/norms_sink_card.py"

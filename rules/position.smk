@@ -5,13 +5,6 @@
 
 POSITION = config["analyses"]["position"]
 POSITION_OUT = FAMILIES["position"]
-POSITION_SCAN_PARAMS = dict(
-    t_max=POSITION["t_max"],
-    xcorr_t_max=POSITION["xcorr_t_max"],
-    include_bias=POSITION["include_bias"],
-    heads=POSITION["heads"],
-    batch_size=config["batch_size"],
-)
 
 
 rule position_embeddings:
@@ -45,7 +38,7 @@ rule position_svd:
         "../envs/model.yaml"
     threads: MODEL_THREADS
     params:
-        include_bias=POSITION["include_bias"],
+        **settings_params("position", "BilinearSettings"),
     script:
         "../scripts/position_svd.py"
 
@@ -69,7 +62,7 @@ rule position_shard:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        **POSITION_SCAN_PARAMS,
+        **settings_params("position", "PositionSettings"),
         shards=SHARDS,
     script:
         "../scripts/position_corpus.py"
@@ -101,7 +94,7 @@ rule position_corpus:
         gpu=gather_gpu_count,
         slurm_partition=gather_partition,
     params:
-        **POSITION_SCAN_PARAMS,
+        **settings_params("position", "PositionSettings"),
     script:
         "../scripts/position_corpus.py"
 
@@ -120,8 +113,7 @@ rule position_clusters:
     conda:
         "../envs/model.yaml"
     params:
-        n_clusters=POSITION["n_clusters"],
-        seed=POSITION["seed"],
+        **settings_params("position", "ClusterSettings"),
     script:
         "../scripts/position_clusters.py"
 
@@ -149,7 +141,6 @@ rule position_rotary:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        t_max=POSITION["t_max"],
-        batch_size=config["batch_size"],
+        **settings_params("position", "RotarySettings"),
     script:
         "../scripts/position_rotary.py"

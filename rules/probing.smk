@@ -28,9 +28,7 @@ rule probing_syntax:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        batch_size=config["batch_size"],
-        sources=PROBING["sources"],
-        word_mode=PROBING["word_mode"],
+        **settings_params("probing", "ProbingSettings"),
     script:
         "../scripts/probing_syntax.py"
 
@@ -52,11 +50,7 @@ rule probing_probe:
         "../envs/model.yaml"
     threads: MODEL_THREADS
     params:
-        sources=PROBING["sources"],
-        seed=PROBING["seed"],
-        epochs=PROBING["probe_epochs"],
-        learning_rate=PROBING["probe_learning_rate"],
-        learning_curve=PROBING["learning_curve"],
+        **settings_params("probing", "ProbeSettings"),
     script:
         "../scripts/probing_probe.py"
 
@@ -82,8 +76,6 @@ rule probing_coref:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        batch_size=config["batch_size"],
-        sources=PROBING["sources"],
-        word_mode=PROBING["word_mode"],
+        **settings_params("probing", "ProbingSettings"),
     script:
         "../scripts/probing_coref.py"

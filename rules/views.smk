@@ -30,11 +30,8 @@ rule views_pages:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
+        **settings_params("views", "ViewsSettings"),
         **needed_settings("views"),
         sequences=view_sequences,
-        max_pages=VIEWS["max_pages"],
-        scopes=VIEWS["scopes"],
-        ig_steps=VIEWS["ig_steps"],
-        top_k=VIEWS["top_k"],
     script:
         "../scripts/views_pages.py"

@@ -24,7 +24,7 @@ rule weights_shard:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        batch_size=config["batch_size"],
+        **settings_params("weights", "StatisticsSettings"),
         shards=SHARDS,
     script:
         "../scripts/weights_stats.py"
@@ -50,7 +50,7 @@ rule weights_stats:
         gpu=gather_gpu_count,
         slurm_partition=gather_partition,
     params:
-        batch_size=config["batch_size"],
+        **settings_params("weights", "StatisticsSettings"),
     script:
         "../scripts/weights_stats.py"
 
@@ -77,16 +77,7 @@ rule weights_distances:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        batch_size=WEIGHTS["distance_batch_size"],
-        n_sequences=WEIGHTS["distance_sequences"],
-        seed=WEIGHTS["seed"],
-        mds_n_init=WEIGHTS["mds_n_init"],
-        mds_max_iter=WEIGHTS["mds_max_iter"],
-        cluster_method=WEIGHTS["cluster_method"],
-        n_clusters=WEIGHTS["n_clusters"],
-        broad_entropy=WEIGHTS["broad_entropy"],
-        special_mass=WEIGHTS["special_mass"],
-        position_mass=WEIGHTS["position_mass"],
+        **settings_params("weights", "DistanceSettings"),
     script:
         "../scripts/weights_distances.py"
 
@@ -110,9 +101,6 @@ rule weights_gradients:
         gpu=gpu_count,
         slurm_partition=partition,
     params:
-        batch_size=config["batch_size"],
-        mask_rate=WEIGHTS["gradient_mask_rate"],
-        n_sequences=WEIGHTS["gradient_sequences"],
-        seed=WEIGHTS["seed"],
+        **settings_params("weights", "GradientSettings"),
     script:
         "../scripts/weights_gradients.py"

@@ -9,13 +9,13 @@ import pandas as pd
 from attnscope.analyses.heads.atlas import atlas_data, render
 from attnscope.analyses.heads.circuits import circuits
 from attnscope.analyses.heads.roles import head_roles
-from attnscope.analyses.heads.settings import HeadsSettings
+from attnscope.analyses.heads.settings import RolesSettings
 from attnscope.core.files import write_table, write_text
 from attnscope.core.tables import is_not_applicable, not_applicable
 from attnscope.pipeline.job import Job
 
 job = Job(snakemake)
-log, settings, output = job.log, job.settings(HeadsSettings), job.output
+log, settings, output = job.log, job.settings(RolesSettings, besides=("links",)), job.output
 
 
 def read(name):

@@ -6,7 +6,7 @@ import json
 
 from attnscope.analyses.heads.patterns import natural_pattern, repeated_pattern
 from attnscope.analyses.heads.repeat_scores import in_context_loss, role_scores
-from attnscope.analyses.heads.settings import HeadsSettings
+from attnscope.analyses.heads.settings import ScoresSettings
 from attnscope.core.files import write_table, write_text
 from attnscope.core.store import HiddenStates
 from attnscope.core.tables import layer_rows, not_applicable
@@ -14,7 +14,7 @@ from attnscope.core.tokens import piece_labels
 from attnscope.pipeline.job import Job
 
 job = Job(snakemake)
-log, settings, output = job.log, job.settings(HeadsSettings), job.output
+log, settings, output = job.log, job.settings(ScoresSettings), job.output
 causal = job.manifest["lm_head"] == "causal"
 loaded = job.model(with_head=causal)
 tokenizer = job.tokenizer()

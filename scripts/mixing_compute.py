@@ -9,7 +9,9 @@ from attnscope.pipeline.job import Job
 from attnscope.pipeline.shards import sharded_analysis
 
 job = Job(snakemake)
-settings, output = job.settings(MixingSettings), job.output
+unread = MixingSettings.propagation  # mixing_propagate's
+settings = job.settings(MixingSettings, unread=unread, besides=("shards",))
+output = job.output
 
 
 def analyse(loaded, store, maps, layers):

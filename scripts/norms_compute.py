@@ -9,7 +9,7 @@ from attnscope.pipeline.job import Job
 from attnscope.pipeline.shards import sharded_analysis
 
 job = Job(snakemake)
-settings = job.settings(NormsSettings)
+settings = job.settings(NormsSettings, besides=("shards",))
 
 
 def analyse(loaded, store, maps, layers):

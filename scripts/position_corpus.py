@@ -13,7 +13,7 @@ from attnscope.pipeline.job import Job
 from attnscope.pipeline.shards import sharded_analysis
 
 job = Job(snakemake)
-log, settings, output = job.log, job.settings(PositionSettings), job.output
+log, settings, output = job.log, job.settings(PositionSettings, besides=("shards",)), job.output
 offsets = list(range(-settings.t_max, settings.t_max + 1))
 
 

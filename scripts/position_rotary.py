@@ -5,6 +5,7 @@ offset profiles and positional shares, and which bands carry the positional head
 import pandas as pd
 
 from attnscope.analyses.position import rotary
+from attnscope.analyses.position.settings import RotarySettings
 from attnscope.core import checks
 from attnscope.core.layer_kinds import read_layer_kinds, with_layer_kinds
 from attnscope.core.store import HiddenStates
@@ -12,7 +13,7 @@ from attnscope.core.tables import layer_rows, not_applicable
 from attnscope.pipeline.job import Job
 
 job = Job(snakemake)
-log, params, output = job.log, job.params, job.output
+log, settings, output = job.log, job.settings(RotarySettings), job.output
 loaded = job.model()
 weights = loaded.weights
 if not weights.rotary:
@@ -25,8 +26,8 @@ else:
         result = rotary.rotary_pass(
             store,
             weights,
-            t_max=params.t_max,
-            batch_size=params.batch_size,
+            t_max=settings.t_max,
+            batch_size=settings.batch_size,
             device=loaded.device,
         )
         lengths = store.lengths

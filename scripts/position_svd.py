@@ -10,11 +10,12 @@ from attnscope.analyses.position.bilinear import (
     wa_singular_value_table,
 )
 from attnscope.analyses.position.rotary import band_singular_value_table
+from attnscope.analyses.position.settings import BilinearSettings
 from attnscope.core.tables import not_applicable
 from attnscope.pipeline.job import Job
 
 job = Job(snakemake)
-log, include_bias = job.log, job.params.include_bias
+log, include_bias = job.log, job.settings(BilinearSettings).include_bias
 weights = job.model(on_cpu=True).weights  # weights only
 if weights.rotary:
     log.info("rotary model: W^A per band; no eigen-angles (scores are not x W^A x^T)")

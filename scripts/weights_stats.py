@@ -1,6 +1,7 @@
 """Per-head and per-layer attention-weight statistics of one model on one corpus (Clark 2019):
 all layers in one job, one layer shard's (rule weights_shard), or the shards gathered."""
 
+from attnscope.analyses.weights.settings import StatisticsSettings
 from attnscope.analyses.weights.statistics import accumulate_statistics
 from attnscope.core.store import analysed_layers
 from attnscope.core.tables import layer_rows
@@ -9,11 +10,12 @@ from attnscope.pipeline.shards import sharded_analysis
 
 job = Job(snakemake)
 log, output = job.log, job.output
+settings = job.settings(StatisticsSettings, besides=("shards",))
 
 
 def analyse(loaded, store, maps, layers):
-    batch_size = job.params.batch_size
-    return accumulate_statistics(store, loaded.weights, batch_size, loaded.device, layers=layers)
+    batch_size, device = settings.batch_size, loaded.device
+    return accumulate_statistics(store, loaded.weights, batch_size, device, layers=layers)
 
 
 accumulator = sharded_analysis(job, analyse)

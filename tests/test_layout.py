@@ -323,21 +323,22 @@ def test_the_length_check_counts_lines(tmp_path):
 
 
 def test_job_settings_read_params_but_bounds_memory_and_device_from_the_config():
-    """`Job.settings`: each field from the rule's param of its name, the default where the
-    rule passes none; the bound (another family's where the settings say so), the working
-    memory and the device from the configuration, which no param carries (changing them
-    reruns nothing)."""
-    from types import SimpleNamespace
+    """`Job.settings`: each field from the rule's param of its name; the bound (another
+    family's where the settings say so), the working memory and the device from the
+    configuration, which no param carries (changing them reruns nothing). A missing or
+    unknown param is refused (tests/test_config_settings.py)."""
+    from snakemake.iocontainers import Params
 
     from attnscope.analyses.norms.settings import NormsSettings
     from attnscope.analyses.views.settings import ViewsSettings
     from attnscope.pipeline.job import Job
 
     job = Job.__new__(Job)  # no process set-up (`runlog.start`): the settings alone
-    job.params = SimpleNamespace(
-        batch_size=3, spearman_sample_size=40, seed=7, maps_top_k=5, scopes=True, ig_steps=0,
-        top_k=16, max_rel_residual=9.0, memory_budget_mb=9, device="cuda",
-    )  # fmt: skip
+    job.rule = "norms_compute"
+    job.params = Params(fromdict=dict(
+        batch_size=3, spearman_sample_size=40, seed=7, maps_top_k=5, maps_dtype="float16",
+        sample_rate=0.5, scatter_max_points=9,
+    ))  # fmt: skip
     job.config = {
         "analyses": {
             "norms": {"max_rel_residual": 1e-4},
@@ -348,14 +349,68 @@ def test_job_settings_read_params_but_bounds_memory_and_device_from_the_config()
     }
     norms = job.settings(NormsSettings)
     assert (norms.batch_size, norms.spearman_sample_size, norms.seed) == (3, 40, 7)
-    assert (norms.maps_top_k, norms.maps_dtype) == (5, "float32")  # the default: no param
+    assert (norms.maps_top_k, norms.maps_dtype) == (5, "float16")
     assert (norms.max_rel_residual, norms.memory_budget_mb, norms.device) == (1e-4, 256, "cpu")
+    job.rule = "views_pages"
+    job.params = Params(fromdict=dict(
+        scopes=True, ig_steps=0, top_k=16, contrast=(), sequences=None, max_pages=2,
+    ))  # fmt: skip
     views = job.settings(ViewsSettings)
     assert (views.scopes, views.top_k, views.max_rel_residual) == (True, 16, 2e-3)
     assert views.depth_rel_residual == 3e-3
-    with pytest.raises(TypeError, match="ig_steps"):
-        job.params = SimpleNamespace(batch_size=3)  # a field without a default needs its param
-        job.settings(ViewsSettings)
+
+
+# The params a script reads directly: none is a setting (settings are read through
+# `Job.settings`, which refuses a missing or unknown one); file -> {param: what it is}.
+PLAIN_PARAMS = {
+    "acquire_data.py": {"relpath": "the data file's path under the mirror"},
+    "acquire_model.py": {"spec": "the model's source block (models:), not an analysis's"},
+    "config_snapshot.py": {"config": "the whole configuration, recorded"},
+    "draw_figure.py": {
+        "family": "the figure's family",
+        "figure": "the figure's name",
+        "settings": "its family's figure settings and title, passed whole to the drawing",
+    },
+    "encode_corpus.py": {"settings": "the corpus block (corpora:), not an analysis's"},
+    "heads_overview.py": {"models": "the model names the overview page lists"},
+    "heads_roles.py": {"links": "the atlas page's links to the other pages"},
+    "attnscope/pipeline/shards.py": {"shards": "the layer shards (`shards:`): which layers"},
+}
+
+
+def params_read(path: Path) -> tuple[set[str], bool]:
+    """(the params `path` reads by name as job.params.<name> or snakemake.params.<name>,
+    whether it reads job.params or snakemake.params at all)."""
+    text = path.read_text()
+    named = set(re.findall(r"\b(?:job|snakemake)\.params\.(\w+)", text))
+    return named, bool(re.search(r"\b(?:job|snakemake)\.params\b", text))
+
+
+def stray_params(root: Path) -> dict[str, str]:
+    """{script: what it reads} for every script under `root`/scripts that reads a param
+    other than its PLAIN_PARAMS (pipeline/job.py, the home of `Job.settings`, aside)."""
+    stray = {}
+    for path in sorted((root / "scripts").rglob("*.py")):
+        name = path.relative_to(root / "scripts").as_posix()
+        if name == "attnscope/pipeline/job.py":
+            continue
+        named, reads = params_read(path)
+        plain = PLAIN_PARAMS.get(name)
+        if plain is None and reads:
+            stray[name] = "job.params"
+        elif plain is not None and named - set(plain):
+            stray[name] = ", ".join(sorted(named - set(plain)))
+    return stray
+
+
+def test_scripts_read_their_settings_through_job_settings():
+    """Every setting reaches its script through `Job.settings` (issue 49, item 2): a script
+    reads job.params (snakemake.params) only for the params of PLAIN_PARAMS, which are no
+    setting; and each of those is still read where it is named."""
+    assert stray_params(ROOT) == {}
+    for name, plain in PLAIN_PARAMS.items():
+        named, reads = params_read(ROOT / "scripts" / name)
+        assert reads and (named <= set(plain)), name
 
 
 # The library's layers, lowest first: a module imports only from its own layer or lower ones.

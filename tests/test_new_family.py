@@ -89,11 +89,13 @@ def settings(root: Path) -> None:
         from dataclasses import dataclass
         from typing import ClassVar
 
+        from attnscope.core.settings import setting
+
 
         @dataclass(frozen=True)
         class ToySettings:
             family: ClassVar[str] = "toy"
-            scale: int = 1
+            scale: int = setting("a scale", 1, minimum=1)
         ''',
     )
 
@@ -136,7 +138,7 @@ def rules(root: Path) -> None:
             conda:
                 "../envs/model.yaml"
             params:
-                scale=TOY["scale"],
+                **settings_params("toy", "ToySettings"),
             script:
                 "../scripts/toy_count.py"
         """,

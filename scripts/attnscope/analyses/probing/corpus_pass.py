@@ -43,7 +43,7 @@ def stream_word_maps(
 ) -> None:
     """Call `consumer` for every source, layer and batch; `on_batch(batch, metas, n_words,
     source_matrix)` once per batch of the first layer (gold counts, embeddings); every source of
-    `settings.sources`, over its first `settings.limit` sequences (all when None); `mixing`:
+    `settings.sources`, over every sequence; `mixing`:
     the mixing family's open maps.h5, which its scopes' sources read."""
     sources, batch_size, device = settings.sources, settings.batch_size, settings.device
     if len(metas) != store.n_sequences:
@@ -53,7 +53,7 @@ def stream_word_maps(
         raise ValueError(f"sources {scopes} need the mixing family's maps.h5")
     n_words_all = np.array([len(m["words"]) for m in metas])
     for l, layer in enumerate(weights.layers):
-        for batch in store.batches(l, batch_size, device, settings.limit):
+        for batch in store.batches(l, batch_size, device):
             alpha = None  # shared by the weights and norms sources of this batch
             batch_metas = metas[batch.start : batch.stop]
             n_words = n_words_all[batch.start : batch.stop]
