@@ -285,7 +285,7 @@ class CanonicalLayer:
     """One transformer layer in canonical form (see the module docstring for shapes).
 
     Block order, as the architectures state it (`plan` is its one reading): `pre_ln` False
-    for post-LN (BERT: LN after each residual sum), True for the residual-stream families
+    for post-LN (BERT: LN after each residual sum), True for the residual-stream architectures
     (GPT-2, Llama, ...): X -> + Attn -> + FF, each block reading its own norm of the stream;
     `parallel` (GPT-NeoX, Cohere): X + Attn(ln_attn X) + FF(ln_ff X).
     `ln_attn`, `ln_ff`: the norm before each block in pre-LN (None: the block reads the stream

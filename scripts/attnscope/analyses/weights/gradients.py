@@ -117,8 +117,8 @@ def attention_gradients(
     input_ids (masked), labels (original ids), chosen (masked pieces): [B, n].
     Returns two lists of n_layers tensors [B, H, n, n] (detached).
     """
-    family = architecture(model.config.model_type)
-    inputs = family.model_inputs(model, input_ids, attention_mask, token_type_ids)
+    arch = architecture(model.config.model_type)
+    inputs = arch.model_inputs(model, input_ids, attention_mask, token_type_ids)
     with _embedding_leaf(model), torch.enable_grad():
         with unembedding_input(model, lambda x: x[:, :1]) as seen:
             out = model(**inputs, output_attentions=True)
