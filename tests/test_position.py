@@ -324,7 +324,7 @@ def test_rotary_models_get_tr_t_from_their_own_attention(tmp_path, model_type):
     own attention weights (Gemma-2's first layer slides a window of 4 keys)."""
     store_path, model = write_tiny_store(tmp_path, model_type)
     weights = canonical_weights(model)
-    assert weights.rotary and weights.position_embeddings is None
+    assert weights.any_rotary and not weights.learned_positions
     with HiddenStates(store_path) as store:
         trt = position_pass.trt_pass(store, weights, PositionSettings(t_max=3, batch_size=3))
         ids = torch.from_numpy(store.input_ids[:1].astype(np.int64))

@@ -86,7 +86,7 @@ def weights(store, weights, model, maps, layers):  # writes no maps
 
 def position(store, weights, model, maps, layers):  # writes no maps
     settings = PositionSettings(t_max=3, xcorr_t_max=4, batch_size=3)
-    if weights.rotary:
+    if not weights.learned_positions:
         return position_pass.trt_pass(store, weights, settings, layers=layers)
     return position_pass.corpus_pass(store, weights, settings, layers=layers)
 

@@ -425,9 +425,15 @@ class CanonicalModel:
         return self.outline[0].causal
 
     @property
-    def rotary(self) -> bool:
-        """Whether positions enter through rotary embeddings (no learned position rows)."""
-        return self.position_embeddings is None
+    def learned_positions(self) -> bool:
+        """Whether positions enter as learned rows added to the embeddings (BERT, GPT-2)."""
+        return self.position_embeddings is not None
+
+    @property
+    def any_rotary(self) -> bool:
+        """Whether some layer turns its queries and keys by rotary embeddings (read from the
+        outline: no layer is loaded)."""
+        return any(layer.rotary is not None for layer in self.outline)
 
     def position_rows(self, input_ids: torch.Tensor) -> torch.Tensor:
         """The learned position embedding each piece of one sequence reads, as the module

@@ -39,6 +39,7 @@ import torch
 from attnscope.analyses.weights.settings import GradientSettings
 from attnscope.analyses.weights.statistics import counted_rows
 from attnscope.architectures import architecture, unembedding_input
+from attnscope.core.applicability import GRADIENTS
 from attnscope.core.attention import (
     attention_output,
     attention_probs,
@@ -58,7 +59,7 @@ from attnscope.core.tokens import CATEGORY_NAMES, CLS, OTHER, PUNCT, SEP
 
 CATEGORIES = {CATEGORY_NAMES[c]: c for c in (CLS, SEP, PUNCT, OTHER)}  # table order
 STATUS_OK = "ok"
-NOT_APPLICABLE = "not applicable: no LM head"
+NOT_APPLICABLE = GRADIENTS  # the status of a model without an LM head
 
 
 def choose_masked(
