@@ -302,7 +302,7 @@ QWEN_SPECIALS = {"pad_token": "<|endoftext|>", "eos_token": "<|im_end|>"}
 
 def train_bpe_tokenizer(folder: Path, vocab_size: int = 600, specials: dict = DECODER_SPECIALS):
     """A byte-level BPE trained on the mirrored WikiText-2 test split (its first 2,000 lines),
-    with `specials` (default <pad>, <s> (BOS) and </s> (EOS) as Llama-family tokenizers have
+    with `specials` (default <pad>, <s> (BOS) and </s> (EOS) as Llama tokenizers have
     them; QWEN_SPECIALS: no BOS), saved into `folder` (tokenizer.json, tokenizer_config.json)
     and returned. Byte-level: no text is unknown to it."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

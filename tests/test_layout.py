@@ -23,7 +23,7 @@ from attnscope.architectures import SUPPORTED_MODEL_TYPES
 
 ROOT = Path(__file__).parents[1]
 ARCHITECTURES = ROOT / "scripts" / "attnscope" / "architectures"
-# Attribute names of transformers modules (BERT-like and GPT-2 families).
+# Attribute names of transformers modules (BERT-like and GPT-2 architectures).
 MODULE_ATTRIBUTES = {
     "encoder", "attention", "intermediate", "embeddings", "c_attn", "c_proj", "c_fc",
     "ln_1", "ln_2", "ln_f", "wte", "wpe", "h", "LayerNorm", "dense", "self_attn", "mlp",
