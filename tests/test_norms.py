@@ -11,6 +11,7 @@ import pytest
 import torch
 from scipy.stats import rankdata, spearmanr
 
+from attnscope import architectures
 from attnscope.analyses.norms.affine import affine_singular_value_table
 from attnscope.analyses.norms.corpus_pass import corpus_pass
 from attnscope.analyses.norms.massive_activations import MassiveActivations
@@ -18,7 +19,7 @@ from attnscope.analyses.norms.outputs import FAMILY as NORMS
 from attnscope.analyses.norms.settings import NormsSettings
 from attnscope.analyses.norms.sinks import SinkStatistics
 from attnscope.analyses.norms.statistics import NormsAccumulator, spearman
-from attnscope.architectures import architecture, base_model, canonical_weights
+from attnscope.architectures import base_model, canonical_weights
 from attnscope.core.attention import attention_output, attention_probs, value_vectors
 from attnscope.core.checks import CheckError, NonFiniteError, ResidualLog
 from attnscope.core.checks import residual as residual_of
@@ -80,7 +81,7 @@ def test_decomposition_rebuilds_module_output(classic_architecture):
     for l, layer in enumerate(weights.layers):
         X = hidden[l]
         y = attention_output(attention_probs(X, mask, layer), value_vectors(X, layer), layer)
-        y_real = architecture(architecture).attention_output(model, l, X, mask)
+        y_real = architectures.architecture(architecture).attention_output(model, l, X, mask)
         torch.testing.assert_close(y[real], y_real[real], rtol=1e-5, atol=1e-6)
         core = base_model(model)
         with torch.no_grad():
@@ -333,7 +334,7 @@ def test_decomposition_check_covers_every_batch(tmp_path):
     here), in the columns every decomposing family writes (`checks.ResidualLog`)."""
     store_path, model = write_tiny_store(tmp_path, "bert", batch=5, length=14)
     weights = canonical_weights(model)
-    module_output = architecture(model.config.model_type).attention_output
+    module_output = architectures.architecture(model.config.model_type).attention_output
     with HiddenStates(store_path) as store, atomic_h5(tmp_path / "maps.h5") as maps:
         _, residual = corpus_pass(
             store,

@@ -469,7 +469,7 @@ def run_script(name, inputs, outputs, device="cpu", **params):
     snakemake = SimpleNamespace(
         input=Namedlist(fromdict={k: str(v) for k, v in inputs.items()}),
         output=Namedlist(fromdict={k: str(v) for k, v in outputs.items()}),
-        params=SimpleNamespace(**params),
+        params=Namedlist(fromdict=params),  # as snakemake gives them: `Job.settings` reads .items()
         wildcards=Namedlist(fromdict={}),  # no `shard`: one job over every layer
         config={"device": device, "loading": "auto"},
         log=[],
