@@ -60,7 +60,7 @@ def run_route(route: str, encoded_path: Path, args) -> dict:
 
     torch.set_num_threads(args.threads)
     model = load_model(minilm_path())  # eager, as the workflow loads it; extract switches to SDPA
-    family = architecture(model.config.model_type)
+    arch = architecture(model.config.model_type)
     with h5py.File(encoded_path, "r") as f:
         arrays = {name: f[name][()] for name in TOKEN_ARRAYS}
     lengths = arrays["attention_mask"].sum(axis=1)
@@ -80,7 +80,7 @@ def run_route(route: str, encoded_path: Path, args) -> dict:
                     key: torch.from_numpy(arrays[key][first:stop, :n].astype(np.int64))
                     for key in ("input_ids", "attention_mask", "token_type_ids")
                 }
-                model(**family.model_inputs(model, **batch), output_hidden_states=True)
+                model(**arch.model_inputs(model, **batch), output_hidden_states=True)
     seconds, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
     return {
         "seconds": seconds,

@@ -105,19 +105,19 @@ def worker(step: str, n: int, layers: int, budget: float, threads: int, sizes: d
     config = LlamaConfig(num_hidden_layers=layers, attn_implementation="eager", **sizes)
     model = LlamaModel(config).eval()
     weights = canonical_weights(model)
-    family = architecture("llama")
+    arch = architecture("llama")
 
     def sequence(length: int):
         ids = torch.randint(5, sizes["vocab_size"], (1, length))
         mask = torch.ones(1, length, dtype=torch.long)
         inputs = {"input_ids": ids, "attention_mask": mask}
-        return inputs, mask, None if step == "extract" else family.residual_states(model, inputs)
+        return inputs, mask, None if step == "extract" else arch.residual_states(model, inputs)
 
     def run(inputs, mask, states) -> None:
         length = mask.shape[1]
         category = torch.zeros(1, length, dtype=torch.long)
         if step == "extract":
-            family.residual_states(model, inputs)
+            arch.residual_states(model, inputs)
         if step == "propagate":
             log = ResidualLog(1e-4, None)
             for event in propagate(model, weights, states.__getitem__, mask, 0, budget):

@@ -8,6 +8,7 @@ import pandas as pd
 from attnscope.analyses.attend.corpus_pass import corpus_pass
 from attnscope.analyses.attend.groups import groups_table
 from attnscope.analyses.attend.settings import AttendSettings
+from attnscope.core import applicability
 from attnscope.core.store import HiddenStates
 from attnscope.core.tables import not_applicable
 from attnscope.pipeline.job import Job
@@ -24,11 +25,11 @@ with HiddenStates(job.input.hidden_states) as store:
     sums, check = corpus_pass(store, loaded, settings, log, directions)
 job.write_table(sums.lift_table(settings.top_k, classes=False), output.lift)
 job.write_table(sums.lift_table(settings.top_k, classes=True), output.key_classes)
-rotary = any(layer.rotary is not None for layer in loaded.weights.outline)  # no layer read
-bands = sums.band_table() if rotary else not_applicable("no rotary embedding")
+no_bands = applicability.reason("attend.bands", loaded.weights)
+bands = sums.band_table() if no_bands is None else not_applicable(no_bands)
 job.write_table(bands, output.bands)
-learned = bool(sums.trt)  # the split has embed.position: learned absolute positions
-trt = sums.trt_table() if learned else not_applicable("no learned position embeddings")
+no_trt = applicability.reason("attend.trt_terms", loaded.weights)
+trt = sums.trt_table() if no_trt is None else not_applicable(no_trt)
 job.write_table(trt, output.trt_terms)
 groups, groups_check = groups_table(sums, settings.max_rel_residual)
 job.write_table(groups, output.groups)

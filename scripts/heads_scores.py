@@ -7,6 +7,7 @@ import json
 from attnscope.analyses.heads.patterns import natural_pattern, repeated_pattern
 from attnscope.analyses.heads.repeat_scores import in_context_loss, role_scores
 from attnscope.analyses.heads.settings import ScoresSettings
+from attnscope.core import applicability
 from attnscope.core.files import write_table, write_text
 from attnscope.core.store import HiddenStates
 from attnscope.core.tables import layer_rows, not_applicable
@@ -15,8 +16,9 @@ from attnscope.pipeline.job import Job
 
 job = Job(snakemake)
 log, settings, output = job.log, job.settings(ScoresSettings), job.output
-causal = job.manifest["lm_head"] == "causal"
+causal = job.manifest["lm_head"] == "causal"  # the head is loaded for the loss alone
 loaded = job.model(with_head=causal)
+no_loss = applicability.reason("heads.in_context_loss", loaded.weights, loaded.lm_head)
 tokenizer = job.tokenizer()
 
 
@@ -27,8 +29,8 @@ def labels(ids):
 with HiddenStates(job.input.hidden_states) as store:
     scores = role_scores(store, loaded.weights, settings.batch_size, settings.device)
     write_table(layer_rows(scores, [l + 1 for l in store.layers]), output.role_scores)
-    if not causal:
-        loss = not_applicable("no causal language-model head (next-piece loss)")
+    if no_loss is not None:
+        loss = not_applicable(no_loss)
     elif not store.stores(store.n_layers):
         loss = not_applicable("layers: leaves out the last layer, whose output the head reads")
     else:

@@ -23,7 +23,7 @@ from attnscope.analyses.norms.sink_card import (
     sink_stream,
     stream_attention,
 )
-from attnscope.core import files
+from attnscope.core import applicability, files
 from attnscope.core.layer_kinds import kind_summary, read_layer_kinds, with_layer_kinds
 from attnscope.core.store import TOKEN_ARRAYS, HiddenStates
 from attnscope.core.tables import not_applicable
@@ -85,8 +85,9 @@ with HiddenStates(job.input.hidden_states) as store:
     )
     job.write_table(massive, output.massive)
     log.info("%d massive entries in %d states", len(massive), massive["state"].nunique())
-    if loaded.manifest.get("lm_head") != "causal" or loaded.head is None:
-        intervention = not_applicable("no causal LM head")
+    no_head = applicability.reason("norms.intervention", weights, loaded.lm_head)
+    if no_head is not None:
+        intervention = not_applicable(no_head)
     else:
         intervention = massive_intervention(
             store, massive, weights, loaded.head, batch_size, device, limit

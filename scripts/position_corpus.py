@@ -6,7 +6,7 @@ tr_t(A) applies (the rest analyse the bilinear form x W^A x^T): its other tables
 from attnscope.analyses.position import corpus_pass as position_pass
 from attnscope.analyses.position.diagonals import select_heads
 from attnscope.analyses.position.settings import PositionSettings
-from attnscope.core import checks
+from attnscope.core import applicability, checks
 from attnscope.core.store import analysed_layers
 from attnscope.core.tables import layer_rows, not_applicable
 from attnscope.pipeline.job import Job
@@ -26,7 +26,7 @@ def write(table, path):
 
 
 def analyse(loaded, store, maps, layers):
-    if loaded.weights.rotary:  # tr_t(A) alone: an array [N, L, H, T]
+    if not applicability.applies("position.corpus", loaded.weights):  # tr_t(A): [N, L, H, T]
         return position_pass.trt_pass(store, loaded.weights, settings, layers)
     return position_pass.corpus_pass(store, loaded.weights, settings, log, layers)
 
@@ -47,7 +47,7 @@ if isinstance(result, position_pass.PassResult):
     write(position_pass.trt_table(result.trt, offsets), output.trt)
 elif result is not None:
     log.info("rotary model: only tr_t(A) applies")
-    skipped = not_applicable("rotary model (scores are not x W^A x^T)")
+    skipped = not_applicable(applicability.REASONS["position.corpus"])
     for name in ("identity", "xcov_sum", "spectra", "shifts", "g_map", "xcorr"):
         write(skipped, output[name])
     write(position_pass.trt_table(result, offsets), output.trt)

@@ -8,15 +8,17 @@ from attnscope.analyses.position.embeddings import (
     first_full_input,
     pca_cumulative_variance,
 )
+from attnscope.core import applicability
 from attnscope.core.tables import not_applicable
 from attnscope.pipeline.job import Job
 
 job = Job(snakemake)
 log, loaded = job.log, job.model(on_cpu=True)  # weights only
 manifest, weights = loaded.manifest, loaded.weights
-if weights.rotary:
+reason = applicability.reason("position.embeddings", weights)
+if reason is not None:
     log.info("%s is a rotary model: no position embeddings", manifest["name"])
-    spectra = pca = not_applicable("rotary model (no position embeddings)")
+    spectra = pca = not_applicable(reason)
 else:
     with h5py.File(job.input.encoded, "r") as f:
         pieces = first_full_input(f["input_ids"][()], f["attention_mask"][()])

@@ -6,7 +6,7 @@ import pandas as pd
 
 from attnscope.analyses.position import rotary
 from attnscope.analyses.position.settings import RotarySettings
-from attnscope.core import checks
+from attnscope.core import applicability, checks
 from attnscope.core.layer_kinds import read_layer_kinds, with_layer_kinds
 from attnscope.core.store import HiddenStates
 from attnscope.core.tables import layer_rows, not_applicable
@@ -16,9 +16,10 @@ job = Job(snakemake)
 log, settings, output = job.log, job.settings(RotarySettings), job.output
 loaded = job.model()
 weights = loaded.weights
-if not weights.rotary:
+reason = applicability.reason("position.rotary", weights)
+if reason is not None:
     log.info("%s has learned position embeddings: no rotary bands", loaded.manifest["name"])
-    skipped = not_applicable("learned position embeddings (no rotary bands)")
+    skipped = not_applicable(reason)
     for path in output:
         job.write_table(skipped, path)
 else:

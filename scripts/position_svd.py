@@ -11,16 +11,18 @@ from attnscope.analyses.position.bilinear import (
 )
 from attnscope.analyses.position.rotary import band_singular_value_table
 from attnscope.analyses.position.settings import BilinearSettings
+from attnscope.core import applicability
 from attnscope.core.tables import not_applicable
 from attnscope.pipeline.job import Job
 
 job = Job(snakemake)
 log, include_bias = job.log, job.settings(BilinearSettings).include_bias
 weights = job.model(on_cpu=True).weights  # weights only
-if weights.rotary:
+reason = applicability.reason("position.angles", weights)
+if reason is not None:
     log.info("rotary model: W^A per band; no eigen-angles (scores are not x W^A x^T)")
     singular = band_singular_value_table(weights)
-    angles = not_applicable("rotary model (no position embeddings; scores are not x W^A x^T)")
+    angles = not_applicable(reason)
 else:
     singular, angles = [], []
     for l, layer in enumerate(weights.layers):

@@ -7,13 +7,14 @@ from pathlib import Path
 from attnscope.analyses.weights.gradient_table import model_gradient_importance
 from attnscope.analyses.weights.gradients import not_applicable
 from attnscope.analyses.weights.settings import GradientSettings
+from attnscope.core import applicability
 from attnscope.core.store import HiddenStates
 from attnscope.pipeline.job import Job
 
 job = Job(snakemake)
 log, settings, out = job.log, job.settings(GradientSettings), job.output[0]
 with HiddenStates(job.input.hidden_states) as store:
-    if job.manifest["lm_head"] is None:
+    if not applicability.applies("weights.gradients", None, job.manifest["lm_head"]):
         log.info("model %s has no language-model head: not applicable", job.manifest["name"])
         table = not_applicable(store.n_layers)
     else:

@@ -1,4 +1,4 @@
-"""Shared fixtures: tiny random models of every supported family, built offline."""
+"""Shared fixtures: tiny random models of every supported architecture, built offline."""
 
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ TINY = dict(hidden=32, heads=4, layers=2, ff=64, vocab=120, positions=64)
 SPECIAL_VOCAB = "[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\n"
 
 
-def tiny_config(family: str, layers: int = TINY["layers"]):
-    """A `transformers` config of the given family, small enough for unit tests."""
+def tiny_config(architecture: str, layers: int = TINY["layers"]):
+    """A `transformers` config of the given architecture (model type), small enough for unit
+    tests."""
     from transformers import BertConfig, ElectraConfig, GPT2Config, RobertaConfig
 
     common = dict(
@@ -32,19 +33,19 @@ def tiny_config(family: str, layers: int = TINY["layers"]):
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
     )
-    if family == "bert":
+    if architecture == "bert":
         return BertConfig(max_position_embeddings=TINY["positions"], **common)
-    if family == "roberta":
+    if architecture == "roberta":
         return RobertaConfig(
             max_position_embeddings=TINY["positions"] + 2, pad_token_id=1, **common
         )
-    if family == "electra":
+    if architecture == "electra":
         return ElectraConfig(
             max_position_embeddings=TINY["positions"],
             embedding_size=TINY["hidden"],
             **common,
         )
-    if family == "gpt2":
+    if architecture == "gpt2":
         return GPT2Config(
             vocab_size=TINY["vocab"],
             n_embd=TINY["hidden"],
@@ -55,9 +56,9 @@ def tiny_config(family: str, layers: int = TINY["layers"]):
             embd_pdrop=0.0,
             attn_pdrop=0.0,
         )
-    if family in DECODERS:
-        return tiny_decoder_config(family, layers)
-    raise ValueError(family)
+    if architecture in DECODERS:
+        return tiny_decoder_config(architecture, layers)
+    raise ValueError(architecture)
 
 
 # Every rotary decoder type attnscope supports (a new one needs its `tiny_decoder_config`)
@@ -127,17 +128,17 @@ def tiny_decoder_config(model_type: str, layers: int = TINY["layers"]):
     return AutoConfig.for_model(model_type, **{**settings, **extra})
 
 
-def tiny_model(family: str, seed: int = 0, head: str = "base", layers: int = TINY["layers"]):
+def tiny_model(architecture: str, seed: int = 0, head: str = "base", layers: int = TINY["layers"]):
     """A tiny random model in eval mode with eager attention (head: base, mlm or causal)."""
     from transformers import AutoModel, AutoModelForMaskedLM
 
     torch.manual_seed(seed)
-    config = tiny_config(family, layers)
+    config = tiny_config(architecture, layers)
     config._attn_implementation = "eager"
     cls = AutoModelForMaskedLM if head == "mlm" else AutoModel
     if head == "causal":
         from transformers import AutoModelForCausalLM as cls
-    kwargs = {"experts_implementation": "eager"} if family == "mixtral" else {}
+    kwargs = {"experts_implementation": "eager"} if architecture == "mixtral" else {}
     model = cls.from_config(config, attn_implementation="eager", **kwargs)
     # Random norm weights (per-head ones too) and biases, so that no term of a decomposition
     # hides at 0/1.
@@ -148,14 +149,14 @@ def tiny_model(family: str, seed: int = 0, head: str = "base", layers: int = TIN
     return model.eval()
 
 
-def tiny_batch(family: str, batch: int = 3, length: int = 12, seed: int = 1):
+def tiny_batch(architecture: str, batch: int = 3, length: int = 12, seed: int = 1):
     """Random token ids with ragged lengths: (input_ids, attention_mask), each [B, n]."""
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, TINY["vocab"], (batch, length), generator=g)
     mask = torch.ones(batch, length, dtype=torch.long)
     for b in range(1, batch):
         mask[b, length - 2 * b :] = 0
-    ids = ids.masked_fill(mask == 0, 1 if family == "roberta" else 0)
+    ids = ids.masked_fill(mask == 0, 1 if architecture == "roberta" else 0)
     return ids, mask
 
 
@@ -199,19 +200,19 @@ CLASSIC = ("bert", "roberta", "electra", "gpt2")  # learned positions, LayerNorm
 
 
 @pytest.fixture(params=CLASSIC)
-def classic_family(request):
-    """The families with BERT's or GPT-2's anatomy, for tests that rebuild it module by module
+def classic_architecture(request):
+    """The architectures with BERT's or GPT-2's anatomy, for tests that rebuild it module by module
     (the rotary decoders have theirs in tests/test_decoders.py)."""
     return request.param
 
 
 @pytest.fixture(params=[*CLASSIC, "llama", "gemma2", "mixtral"])
-def family(request):
+def architecture(request):
     return request.param
 
 
 def write_tiny_encoded(
-    path, family: str, batch: int = 4, length: int = 16, seed: int = 1, ragged: bool = True
+    path, architecture: str, batch: int = 4, length: int = 16, seed: int = 1, ragged: bool = True
 ):
     """An encoded.h5 of random pieces laid out START a.. SEP b.. SEP, with ragged lengths
     (`ragged`) or every sequence `length` pieces long.
@@ -223,7 +224,7 @@ def write_tiny_encoded(
 
     from attnscope.core.tokens import CLS, OTHER, PAD, PUNCT, SEP
 
-    ids, mask = tiny_batch(family, batch, length, seed)
+    ids, mask = tiny_batch(architecture, batch, length, seed)
     ids, mask = ids.numpy().astype(np.int32), mask.numpy().astype(np.int8)
     if not ragged:
         mask[:] = 1
@@ -249,19 +250,26 @@ def write_tiny_encoded(
     return path
 
 
-def write_tiny_store(tmp_path, family: str, batch: int = 4, length: int = 16, head="base"):
+def write_tiny_store(tmp_path, architecture: str, batch: int = 4, length: int = 16, head="base"):
     """(hidden_states.h5 path, model): a tiny random model run over a tiny encoded corpus."""
     from attnscope.model.extract import ExtractSettings, extract
 
-    model = tiny_model(family, head=head)
-    encoded = write_tiny_encoded(tmp_path / f"{family}-encoded.h5", family, batch, length)
-    store = tmp_path / f"{family}-hidden_states.h5"
+    model = tiny_model(architecture, head=head)
+    encoded = write_tiny_encoded(
+        tmp_path / f"{architecture}-encoded.h5", architecture, batch, length
+    )
+    store = tmp_path / f"{architecture}-hidden_states.h5"
     extract(model, encoded, store, ExtractSettings(batch_size=3))
     return store, model
 
 
 def write_tiny_model_run(
-    tmp_path, family: str, batch: int = 4, length: int = 16, head="base", layers=TINY["layers"]
+    tmp_path,
+    architecture: str,
+    batch: int = 4,
+    length: int = 16,
+    head="base",
+    layers=TINY["layers"],
 ):
     """(hidden_states.h5, model, manifest.json) as the workflow leaves them for a rule script:
     the tiny model saved as a folder with a tokenizer file, its manifest, and states made with
@@ -269,15 +277,17 @@ def write_tiny_model_run(
     from attnscope.model.extract import ExtractSettings, extract
     from attnscope.model.sources import build_manifest, manifest_attrs, write_manifest
 
-    model = tiny_model(family, head=head, layers=layers)
+    model = tiny_model(architecture, head=head, layers=layers)
     folder = tmp_path / "model"
     model.save_pretrained(folder)
     if not (folder / "tokenizer.json").exists():
         (folder / "vocab.txt").write_text(SPECIAL_VOCAB)
     manifest = build_manifest("tiny", {"source": "path", "path": str(folder)})
     write_manifest(tmp_path / "manifest.json", manifest)
-    encoded = write_tiny_encoded(tmp_path / f"{family}-encoded.h5", family, batch, length)
-    store = tmp_path / f"{family}-hidden_states.h5"
+    encoded = write_tiny_encoded(
+        tmp_path / f"{architecture}-encoded.h5", architecture, batch, length
+    )
+    store = tmp_path / f"{architecture}-hidden_states.h5"
     extract(model, encoded, store, ExtractSettings(batch_size=3), attrs=manifest_attrs(manifest))
     return store, model, tmp_path / "manifest.json"
 
@@ -292,7 +302,7 @@ QWEN_SPECIALS = {"pad_token": "<|endoftext|>", "eos_token": "<|im_end|>"}
 
 def train_bpe_tokenizer(folder: Path, vocab_size: int = 600, specials: dict = DECODER_SPECIALS):
     """A byte-level BPE trained on the mirrored WikiText-2 test split (its first 2,000 lines),
-    with `specials` (default <pad>, <s> (BOS) and </s> (EOS) as Llama-family tokenizers have
+    with `specials` (default <pad>, <s> (BOS) and </s> (EOS) as Llama tokenizers have
     them; QWEN_SPECIALS: no BOS), saved into `folder` (tokenizer.json, tokenizer_config.json)
     and returned. Byte-level: no text is unknown to it."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers

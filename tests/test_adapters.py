@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from attnscope.architectures import UnsupportedModelError, architecture, canonical_weights
+from attnscope import architectures
+from attnscope.architectures import UnsupportedModelError, canonical_weights
 from attnscope.core.attention import (
     attention_output,
     attention_probs,
@@ -23,9 +24,9 @@ def _forward(model, ids, mask):
         )
 
 
-def test_recomputed_attention_equals_eager_attentions(family):
-    model = tiny_model(family)
-    ids, mask = tiny_batch(family)
+def test_recomputed_attention_equals_eager_attentions(architecture):
+    model = tiny_model(architecture)
+    ids, mask = tiny_batch(architecture)
     out = _forward(model, ids, mask)
     weights = canonical_weights(model)
     assert len(out.attentions) == weights.n_layers
@@ -36,20 +37,20 @@ def test_recomputed_attention_equals_eager_attentions(family):
         assert diff.max() <= 1e-5
 
 
-def test_decomposition_rebuilds_attention_block_output(classic_family):
-    family = classic_family
-    model = tiny_model(family)
-    ids, mask = tiny_batch(family)
+def test_decomposition_rebuilds_attention_block_output(classic_architecture):
+    architecture = classic_architecture
+    model = tiny_model(architecture)
+    ids, mask = tiny_batch(architecture)
     out = _forward(model, ids, mask)
     weights = canonical_weights(model)
     captured = {}
     core = model.base_model
-    blocks = core.h if family == "gpt2" else core.encoder.layer
+    blocks = core.h if architecture == "gpt2" else core.encoder.layer
     hooks = []
     for lay, block in enumerate(blocks):
         # The attention block's output before any residual: GPT-2's attn module returns
         # (output, weights); BERT's output.dense returns the projected tensor.
-        target = block.attn if family == "gpt2" else block.attention.output.dense
+        target = block.attn if architecture == "gpt2" else block.attention.output.dense
 
         def grab(mod, args, output, lay=lay):
             captured[lay] = output[0] if isinstance(output, tuple) else output
@@ -66,17 +67,17 @@ def test_decomposition_rebuilds_attention_block_output(classic_family):
         assert (y - real)[valid].abs().max() <= 1e-5
 
 
-def test_layer_forward_rebuilds_next_hidden_state(classic_family):
-    family = classic_family
-    model = tiny_model(family)
-    ids, mask = tiny_batch(family)
+def test_layer_forward_rebuilds_next_hidden_state(classic_architecture):
+    architecture = classic_architecture
+    model = tiny_model(architecture)
+    ids, mask = tiny_batch(architecture)
     out = _forward(model, ids, mask)
     weights = canonical_weights(model)
     valid = mask.bool()
     for lay, layer in enumerate(weights.layers):
         nxt = layer_forward(out.hidden_states[lay], mask, layer)
         target = out.hidden_states[lay + 1]
-        if family == "gpt2" and lay == weights.n_layers - 1:
+        if architecture == "gpt2" and lay == weights.n_layers - 1:
             nxt = weights.final_ln(nxt)  # transformers applies ln_f to the last state
         assert (nxt - target)[valid].abs().max() <= 1e-5
 
@@ -89,12 +90,14 @@ def test_unknown_architecture_is_named():
         canonical_weights(model)
 
 
-def test_max_positions_match_the_usable_position_rows(classic_family):
+def test_max_positions_match_the_usable_position_rows(classic_architecture):
     """The registry's position limit (read from config.json alone, without torch) equals the
     number of position rows real inputs use (RoBERTa reserves rows up to padding_idx)."""
-    family = classic_family
-    model = tiny_model(family)
-    limit = architecture(model.config.model_type).max_positions(model.config.to_dict())
+    architecture = classic_architecture
+    model = tiny_model(architecture)
+    limit = architectures.architecture(model.config.model_type).max_positions(
+        model.config.to_dict()
+    )
     assert limit == canonical_weights(model).position_embeddings.shape[0]
 
 
@@ -128,18 +131,18 @@ PLANS = {
 }
 
 
-@pytest.mark.parametrize("family", PLANS)
-def test_each_block_order_reads_as_its_modules(family):
+@pytest.mark.parametrize("architecture", PLANS)
+def test_each_block_order_reads_as_its_modules(architecture):
     """The plan of every block order names the module's own norms (compared by what they make
     of random vectors: every tiny norm has random weights) and switches; and the plan read
     step by step (`layer_forward`) rebuilds every layer's real output."""
-    model = tiny_model(family)
+    model = tiny_model(architecture)
     weights = canonical_weights(model)
     core = model.base_model
     blocks = {"bert": lambda: core.encoder.layer, "gpt2": lambda: core.h}.get(
-        family, lambda: core.layers
+        architecture, lambda: core.layers
     )()
-    norms, switches = PLANS[family]
+    norms, switches = PLANS[architecture]
     plan = weights.layers[0].plan
     steps = ("attn_in_norm", "attn_out_norm", "ff_in_norm", "ff_out_norm", "output_norm")
     x = torch.randn(5, weights.d_model)
@@ -152,9 +155,9 @@ def test_each_block_order_reads_as_its_modules(family):
                 want = blocks[0].get_submodule(name)(x)
             assert torch.allclose(mine(x), want, atol=1e-6), step
     assert (plan.ff_reads_block_input, plan.residual_is_ff_input) == switches
-    ids, mask = tiny_batch(family)
-    family_of = architecture(model.config.model_type)
-    states = family_of.residual_states(model, {"input_ids": ids, "attention_mask": mask})
+    ids, mask = tiny_batch(architecture)
+    arch = architectures.architecture(model.config.model_type)
+    states = arch.residual_states(model, {"input_ids": ids, "attention_mask": mask})
     real = mask.bool()
     for l, layer in enumerate(weights.layers):
         with torch.no_grad():

@@ -16,19 +16,19 @@ from conftest import CLASSIC, DECODERS, TINY, tiny_model
 N = 10
 
 
-def one_sequence(family: str, seed: int = 3) -> dict:
+def one_sequence(architecture: str, seed: int = 3) -> dict:
     g = torch.Generator().manual_seed(seed)
     ids = torch.randint(5, TINY["vocab"], (1, N), generator=g)
     inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    if family in ("bert", "electra"):  # two segments, so the type embedding varies
+    if architecture in ("bert", "electra"):  # two segments, so the type embedding varies
         inputs["token_type_ids"] = (torch.arange(N) >= N // 2).long()[None]
     return inputs
 
 
-def split(model, family, layer, head=1, dtype=torch.float32, **options):
+def split(model, architecture, layer, head=1, dtype=torch.float32, **options):
     model = model.to(dtype)
     return attend_split(
-        model, canonical_weights(model), one_sequence(family), layer, head, **options
+        model, canonical_weights(model), one_sequence(architecture), layer, head, **options
     )
 
 
@@ -37,10 +37,10 @@ def module_weights(model, inputs, layer, head) -> torch.Tensor:
         return model(**inputs, output_attentions=True).attentions[layer][0, head]
 
 
-@pytest.mark.parametrize("family", [*CLASSIC, *DECODERS])
-def test_the_terms_rebuild_the_logits_that_give_the_modules_attention(family):
-    model = tiny_model(family)
-    found = split(model, family, layer=1, head=1, bound=1e-5)
+@pytest.mark.parametrize("architecture", [*CLASSIC, *DECODERS])
+def test_the_terms_rebuild_the_logits_that_give_the_modules_attention(architecture):
+    model = tiny_model(architecture)
+    found = split(model, architecture, layer=1, head=1, bound=1e-5)
     rebuilt = found.terms.sum((-1, -2))
     assert (rebuilt - found.logits).abs().max() <= 1e-5 * found.logits.abs().max()
     # the logits, masked (and soft-capped where the model caps), are the module's weights
@@ -51,48 +51,48 @@ def test_the_terms_rebuild_the_logits_that_give_the_modules_attention(family):
     mask = torch.ones(1, N, dtype=torch.long)
     seen = layer_visible_pairs(mask, layer)[0]
     alpha = torch.softmax(capped.masked_fill(~seen, -torch.inf), -1)
-    want = module_weights(model, one_sequence(family), 1, 1)
+    want = module_weights(model, one_sequence(architecture), 1, 1)
     torch.testing.assert_close(alpha, want, atol=1e-6, rtol=1e-5)
     assert found.components[-1] == "bias" and len(found.components) == found.terms.shape[-1]
 
 
-@pytest.mark.parametrize("family", [*CLASSIC, *DECODERS])
-def test_in_float64_the_terms_rebuild_the_same_formulas_to_rounding(family):
-    found = split(tiny_model(family), family, 1, dtype=torch.float64, recompute=True)
+@pytest.mark.parametrize("architecture", [*CLASSIC, *DECODERS])
+def test_in_float64_the_terms_rebuild_the_same_formulas_to_rounding(architecture):
+    found = split(tiny_model(architecture), architecture, 1, dtype=torch.float64, recompute=True)
     assert found.terms.dtype == torch.float64
     assert found.residuals["terms vs logits"] <= 1e-10
 
 
 @pytest.mark.parametrize(
-    ("family", "names"),
+    ("architecture", "names"),
     [
         ("bert", ["embed.word", "embed.position", "embed.type", "bias"]),
         ("gpt2", ["embed.word", "embed.position", "bias"]),
         ("llama", ["embed", "bias"]),
     ],
 )
-def test_the_first_layer_sees_only_the_embedding_and_the_biases(family, names):
-    found = split(tiny_model(family), family, layer=0, head=2)
+def test_the_first_layer_sees_only_the_embedding_and_the_biases(architecture, names):
+    found = split(tiny_model(architecture), architecture, layer=0, head=2)
     assert found.components == names
     assert all(bool(found.term(name, name).abs().max() > 0) for name in names)
 
 
-@pytest.mark.parametrize("family", ["bert", "llama", "mixtral"])
-def test_a_head_that_writes_nothing_has_zero_terms_in_every_later_layer(family):
-    model = tiny_model(family, layers=3)
+@pytest.mark.parametrize("architecture", ["bert", "llama", "mixtral"])
+def test_a_head_that_writes_nothing_has_zero_terms_in_every_later_layer(architecture):
+    model = tiny_model(architecture, layers=3)
     H, d_head = TINY["heads"], TINY["hidden"] // TINY["heads"]
     silent = 2  # head 3 of layer 1, 0-based
     core = model.base_model
     out = (
         core.encoder.layer[0].attention.output.dense
-        if family == "bert"
+        if architecture == "bert"
         else core.layers[0].self_attn.o_proj
     )
     with torch.no_grad():
         out.weight[:, silent * d_head : (silent + 1) * d_head] = 0
     for layer in (1, 2):
         for head in range(H):
-            found = split(model, family, layer, head)
+            found = split(model, architecture, layer, head)
             c = found.components.index("L1.H3")
             assert not found.terms[:, :, c, :].any() and not found.terms[:, :, :, c].any()
             assert found.term("L1.H2", "L1.H2").abs().max() > 0  # the others do write
@@ -113,14 +113,14 @@ def test_the_learned_embeddings_parts_sum_to_the_embedding():
     torch.testing.assert_close(parts.terms[:, :, k:, k:], whole.terms[:, :, 1:, 1:])
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt2"])
-def test_zero_position_embeddings_have_zero_position_terms(family):
-    model = tiny_model(family)
-    embeddings = model.embeddings.position_embeddings if family == "bert" else model.wpe
+@pytest.mark.parametrize("architecture", ["bert", "gpt2"])
+def test_zero_position_embeddings_have_zero_position_terms(architecture):
+    model = tiny_model(architecture)
+    embeddings = model.embeddings.position_embeddings if architecture == "bert" else model.wpe
     with torch.no_grad():
         embeddings.weight.zero_()
     for layer in (0, 1):
-        found = split(model, family, layer)
+        found = split(model, architecture, layer)
         c = found.components.index("embed.position")
         assert not found.terms[:, :, c, :].any() and not found.terms[:, :, :, c].any()
         assert found.term("embed.word", "embed.word").abs().max() > 0
@@ -171,9 +171,9 @@ def test_minilm_one_head_split_and_checked():
         attnscope.attend(minilm, text, layer=0, head=1)
 
 
-@pytest.mark.parametrize(("family", "n_bands"), [("llama", 4), ("gpt_neox", 3), ("gpt2", 1)])
-def test_the_rotary_bands_split_the_logits_and_the_terms(family, n_bands):
-    found = split(tiny_model(family), family, 1, dtype=torch.float64, recompute=True)
+@pytest.mark.parametrize(("architecture", "n_bands"), [("llama", 4), ("gpt_neox", 3), ("gpt2", 1)])
+def test_the_rotary_bands_split_the_logits_and_the_terms(architecture, n_bands):
+    found = split(tiny_model(architecture), architecture, 1, dtype=torch.float64, recompute=True)
     assert found.n_bands == n_bands  # d' 8: 4 turned pairs; NeoX turns half: 2 + the rest
     torch.testing.assert_close(found.bands().sum(-1), found.logits, rtol=1e-12, atol=1e-12)
     summed = sum(found.band_terms(b) for b in range(n_bands))

@@ -188,14 +188,14 @@ def test_a_massive_dimension_carries_the_first_position_lift_of_the_head_reading
 # ---- the groupings sum to the totals -------------------------------------------------------
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
-def test_every_grouping_sums_to_the_ungrouped_total(tmp_path, family):
+@pytest.mark.parametrize("architecture", ["bert", "gpt2", "llama"])
+def test_every_grouping_sums_to_the_ungrouped_total(tmp_path, architecture):
     """groups.tsv on a tiny random model: per head, keys, side and kind the lifts sum to the
     total of lift.tsv / key_classes.tsv (shares to 1); each group is the sum of its members'
     marginals (the query and key rows of the tables with every component kept); the direction
     split along all dimensions is the whole key side, and it is linear in the dimensions."""
-    model = tiny_model(family)
-    encoded = write_tiny_encoded(tmp_path / "encoded.h5", family)
+    model = tiny_model(architecture)
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", architecture)
     splits = {}
     for dims in ((0, 5), (0,), (5,), tuple(range(32))):
         folder = tmp_path / "-".join(map(str, dims[:3]))
@@ -241,7 +241,7 @@ def test_every_grouping_sums_to_the_ungrouped_total(tmp_path, family):
     part = {d: s[s["group"] == "dir.massive"].set_index(key)["lift"] for d, s in splits.items()}
     scale = groups["lift"].abs().max()
     np.testing.assert_allclose(part[(0, 5)], part[(0,)] + part[(5,)], rtol=0, atol=1e-5 * scale)
-    if family != "llama":  # no rotated key bias: the rest of the key is constant, it cancels
+    if architecture != "llama":  # no rotated key bias: the rest of the key is constant, it cancels
         everything = part[tuple(range(32))]
         want = totals[everything.index]
         np.testing.assert_allclose(everything, want, rtol=0, atol=1e-5 * scale)
@@ -259,14 +259,15 @@ def test_a_grouping_that_misses_its_total_fails(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "family", ["electra", "roberta", "gemma2", "olmo2", "stablelm", "cohere", "gpt_neox", "mixtral"]
+    "architecture",
+    ["electra", "roberta", "gemma2", "olmo2", "stablelm", "cohere", "gpt_neox", "mixtral"],
 )
-def test_the_direction_split_and_the_groupings_add_up_on_every_anatomy(tmp_path, family):
+def test_the_direction_split_and_the_groupings_add_up_on_every_anatomy(tmp_path, architecture):
     """QK-norms (per head, over all heads), sandwich norms, soft-capping, partial rotary,
     parallel blocks, experts: the direction split's sum matches the logits (stage "lift
     directions", checked in the pass) and every grouping its total (stage "groups")."""
-    model = tiny_model(family)
-    encoded = write_tiny_encoded(tmp_path / "encoded.h5", family)
+    model = tiny_model(architecture)
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", architecture)
     sums, check, groups, groups_check = run(tmp_path, model, encoded, (0, 7), sequences=1)
     assert {"lift directions", "lift (token classes)"} <= set(check["stage"])
     assert check["max_rel"].max() <= BOUND and groups_check["max_rel"].max() <= BOUND

@@ -35,14 +35,14 @@ def sequence_inputs(store: HiddenStates, model, s: int) -> dict:
     return architecture(model.config.model_type).model_inputs(model, **arrays)
 
 
-def write_repeated_store(tmp_path, family: str):
+def write_repeated_store(tmp_path, architecture: str):
     """(hidden_states.h5 path, model): `write_tiny_store`'s corpus with pieces 4..7 repeated
     at 9..12 where both lie inside the sequence's first segment or the second, so that the
     token classes (induction, duplicate) have keys; [SEP] is repeated in every sequence."""
     import h5py
 
-    model = tiny_model(family)
-    encoded = write_tiny_encoded(tmp_path / f"{family}-encoded.h5", family)
+    model = tiny_model(architecture)
+    encoded = write_tiny_encoded(tmp_path / f"{architecture}-encoded.h5", architecture)
     with h5py.File(encoded, "r+") as f:
         ids, mask = f["input_ids"][...], f["attention_mask"][...]
         for b in range(ids.shape[0]):
@@ -51,7 +51,7 @@ def write_repeated_store(tmp_path, family: str):
                 if target < n - 1 and n // 2 not in (source, target):
                     ids[b, target] = ids[b, source]
         f["input_ids"][...] = ids
-    path = tmp_path / f"{family}-hidden_states.h5"
+    path = tmp_path / f"{architecture}-hidden_states.h5"
     extract(model, encoded, path, ExtractSettings(batch_size=3))
     return path, model
 
@@ -95,11 +95,11 @@ def direct_lifts(found, alpha, pieces, causal) -> dict[str, tuple[np.ndarray, in
     return out
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
-def test_the_sums_equal_the_terms_of_attend_row_by_row(tmp_path, family):
+@pytest.mark.parametrize("architecture", ["bert", "gpt2", "llama"])
+def test_the_sums_equal_the_terms_of_attend_row_by_row(tmp_path, architecture):
     """Every weighting's sums, the token classes' included (induction, duplicate: on a corpus
     with repeated pieces), equal a direct computation from the terms and the definition."""
-    path, model = write_repeated_store(tmp_path, family)
+    path, model = write_repeated_store(tmp_path, architecture)
     weights = canonical_weights(model)
     with HiddenStates(path) as store:
         sums, check = corpus_pass(
@@ -163,19 +163,19 @@ def test_the_sums_equal_the_terms_of_attend_row_by_row(tmp_path, family):
                     np.testing.assert_allclose(pairs["lift"], direct, rtol=0, atol=atol)
                     whole = rows.loc[rows["side"] == "total", "lift"].item()
                     np.testing.assert_allclose(pairs["lift"].sum(), whole, rtol=0, atol=atol)
-    if family == "llama":
+    if architecture == "llama":
         assert sums.sums[1, 1]["bands"].shape[1] == weights.layers[0].d_head // 2
 
 
 @pytest.mark.parametrize(
-    ("family", "names"),
+    ("architecture", "names"),
     [
         ("bert", ["embed.word", "embed.position", "embed.type", "bias"]),
         ("llama", ["embed", "bias"]),
     ],
 )
-def test_the_first_layer_lifts_only_embedding_and_bias_pairs(tmp_path, family, names):
-    path, model = write_tiny_store(tmp_path, family)
+def test_the_first_layer_lifts_only_embedding_and_bias_pairs(tmp_path, architecture, names):
+    path, model = write_tiny_store(tmp_path, architecture)
     with HiddenStates(path) as store:
         sums, _ = corpus_pass(
             store,
@@ -216,14 +216,14 @@ def test_weights_that_miss_the_stored_states_fail_by_layer_and_stage(tmp_path, c
         )
 
 
-@pytest.mark.parametrize("family", ["bert", "llama"])
-def test_a_layer_subset_store_gives_the_whole_stores_sums_for_its_layers(tmp_path, family):
+@pytest.mark.parametrize("architecture", ["bert", "llama"])
+def test_a_layer_subset_store_gives_the_whole_stores_sums_for_its_layers(tmp_path, architecture):
     """`layers: [3]` of a 3-layer model keeps hidden/2 and hidden/3 alone: the split starts
     from the embeddings it rebuilds, layer 1's output is recomputed, and layer 3's sums are
     the whole store's."""
-    model = tiny_model(family, layers=3)
+    model = tiny_model(architecture, layers=3)
     weights = canonical_weights(model)
-    encoded = write_tiny_encoded(tmp_path / "encoded.h5", family)
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", architecture)
     found = {}
     for layers in ("all", [3]):
         path = tmp_path / f"states-{layers}.h5"
@@ -287,11 +287,11 @@ def direct_profiles(found, visible: torch.Tensor) -> torch.Tensor:
     return out
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt2"])
-def test_trt_term_profiles_equal_the_diagonals_of_attend_terms(tmp_path, family):
+@pytest.mark.parametrize("architecture", ["bert", "gpt2"])
+def test_trt_term_profiles_equal_the_diagonals_of_attend_terms(tmp_path, architecture):
     """trt_terms.tsv is the mean over sequences of the diagonal sums of `attend`'s terms, and
     the four embedding pairs and the rest sum to the logit's profile."""
-    path, model = write_tiny_store(tmp_path, family)
+    path, model = write_tiny_store(tmp_path, architecture)
     weights = canonical_weights(model)
     with HiddenStates(path) as store:
         sums, _ = corpus_pass(
@@ -323,16 +323,16 @@ def test_trt_term_profiles_equal_the_diagonals_of_attend_terms(tmp_path, family)
                     assert (got.loc[:, [t for t in OFFSETS if t > 0]].to_numpy() == 0).all()
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
-def test_zeroed_position_embeddings_give_zero_position_profiles(tmp_path, family):
+@pytest.mark.parametrize("architecture", ["bert", "gpt2", "llama"])
+def test_zeroed_position_embeddings_give_zero_position_profiles(tmp_path, architecture):
     """With the position embeddings set to 0 in the model that makes the states, every term
     with a position side is exactly 0; a rotary model has no profiles at all."""
-    model = tiny_model(family)
+    model = tiny_model(architecture)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "position_embeddings" in name or name.endswith("wpe.weight"):
                 p.zero_()
-    encoded = write_tiny_encoded(tmp_path / "encoded.h5", family)
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", architecture)
     path = tmp_path / "states.h5"
     extract(model, encoded, path, ExtractSettings(batch_size=3))
     with HiddenStates(path) as store:
@@ -342,7 +342,7 @@ def test_zeroed_position_embeddings_give_zero_position_profiles(tmp_path, family
             AttendSettings(sequences=1, max_rel_residual=1e-4),
         )
     table = sums.trt_table()
-    if family == "llama":
+    if architecture == "llama":
         assert table.empty and not sums.trt
         return
     positional = table["pair"].str.contains("position")
@@ -469,14 +469,14 @@ def test_the_lift_pairs_figure_draws_the_attended_and_the_chosen_class_pairs():
     plt.close(fig)
 
 
-@pytest.mark.parametrize("family", ["bert", "llama", "mixtral"])
-def test_a_component_window_merges_the_earlier_layers_exactly(tmp_path, family):
+@pytest.mark.parametrize("architecture", ["bert", "llama", "mixtral"])
+def test_a_component_window_merges_the_earlier_layers_exactly(tmp_path, architecture):
     """`window` 1 on a 4-layer model: at layer l the components of layers 1 .. l - 2 are two,
     `L1-{l-2}.heads` and `L1-{l-2}.FF`; every sum equals the whole split's summed over the
     members of each merged component (the split is linear), and C no longer grows."""
-    model = tiny_model(family, layers=4)
+    model = tiny_model(architecture, layers=4)
     weights = canonical_weights(model)
-    encoded = write_tiny_encoded(tmp_path / "encoded.h5", family)
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", architecture)
     path = tmp_path / "states.h5"
     extract(model, encoded, path, ExtractSettings(batch_size=3))
     found = {}

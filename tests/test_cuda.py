@@ -55,12 +55,12 @@ def test_a_device_is_the_one_asked_for_or_refused_by_name():
 
 
 @needs_gpu
-@pytest.mark.parametrize("family", ["bert", "gpt2"])
-def test_extraction_on_the_gpu_equals_the_cpu(tmp_path, family):
-    encoded = write_tiny_encoded(tmp_path / "encoded.h5", family, batch=6, length=16)
-    extract(tiny_model(family), encoded, tmp_path / "cpu.h5", ExtractSettings(batch_size=4))
+@pytest.mark.parametrize("architecture", ["bert", "gpt2"])
+def test_extraction_on_the_gpu_equals_the_cpu(tmp_path, architecture):
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", architecture, batch=6, length=16)
+    extract(tiny_model(architecture), encoded, tmp_path / "cpu.h5", ExtractSettings(batch_size=4))
     extract(
-        tiny_model(family),
+        tiny_model(architecture),
         encoded,
         tmp_path / "gpu.h5",
         ExtractSettings(batch_size=4, device="cuda"),

@@ -174,24 +174,24 @@ def test_corrupt_mirror_file_shows_the_checksum_error_on_the_console(tmp_path):
 
 # ---- issue 35, item 1: a checkpoint that does not match config.json --------------------------
 
-ALL_FAMILIES = (*CLASSIC, *DECODERS)
+ALL_ARCHITECTURES = (*CLASSIC, *DECODERS)
 LAYER = re.compile(r"(^|\.)(layer|layers|h)\.(\d+)\.")  # a tensor inside a layer
 
 
-def save_with_head(folder: Path, family: str, head: str = "head", tied: bool = False) -> Path:
-    """A tiny model of `family` saved as a folder: bare ("base"), or with its LM head
+def save_with_head(folder: Path, architecture: str, head: str = "head", tied: bool = False) -> Path:
+    """A tiny model of `architecture` saved as a folder: bare ("base"), or with its LM head
     ("head"; `tied`: a decoder whose head shares the word embeddings, and is not stored)."""
     from transformers import AutoModelForCausalLM
 
     if tied:
-        config = tiny_config(family)
+        config = tiny_config(architecture)
         config.tie_word_embeddings = True
         torch.manual_seed(0)
         AutoModelForCausalLM.from_config(config).save_pretrained(folder)
         return folder
-    masked = family in ("bert", "roberta", "electra")
+    masked = architecture in ("bert", "roberta", "electra")
     kind = {"base": "base", "head": "mlm" if masked else "causal"}[head]
-    tiny_model(family, head=kind).save_pretrained(folder)
+    tiny_model(architecture, head=kind).save_pretrained(folder)
     return folder
 
 
@@ -241,15 +241,15 @@ def routes(folder: Path):
         yield f"layer-streamed {kind}", lambda: LayerStream(folder).head_model(kind)
 
 
-@pytest.mark.parametrize("family", ALL_FAMILIES)
-def test_every_family_loads_cleanly_on_both_routes(tmp_path, family):
+@pytest.mark.parametrize("architecture", ALL_ARCHITECTURES)
+def test_every_family_loads_cleanly_on_both_routes(tmp_path, architecture):
     """A checkpoint saved bare and one saved with its LM head pass acquisition and load on
     both routes, bare and with the head: the head's tensors beside a bare model, BERT's
     pooler absent from a masked-LM checkpoint and a tied head (GPT-2's; a decoder's with
     tie_word_embeddings) are no mismatch."""
-    folders = [save_with_head(tmp_path / h, family, h) for h in ("base", "head")]
-    if family in DECODERS:
-        folders.append(save_with_head(tmp_path / "tied", family, tied=True))
+    folders = [save_with_head(tmp_path / h, architecture, h) for h in ("base", "head")]
+    if architecture in DECODERS:
+        folders.append(save_with_head(tmp_path / "tied", architecture, tied=True))
         assert lm_head_kind(str(folders[-1])) == "causal"
     assert lm_head_kind(str(folders[1])) is not None
     for folder in folders:
@@ -260,14 +260,16 @@ def test_every_family_loads_cleanly_on_both_routes(tmp_path, family):
                 pytest.fail(f"{folder.name}, {route}: {error}")
 
 
-@pytest.mark.parametrize("family", ALL_FAMILIES)
+@pytest.mark.parametrize("architecture", ALL_ARCHITECTURES)
 @pytest.mark.parametrize("damage", ["truncated", "extra layer"])
-def test_weights_that_do_not_match_the_config_are_refused_on_both_routes(tmp_path, family, damage):
+def test_weights_that_do_not_match_the_config_are_refused_on_both_routes(
+    tmp_path, architecture, damage
+):
     """config.json says 2 layers; the safetensors hold 1 (layer 1 dropped) or 3 (a layer 2
     added): acquisition and every route refuse it before running, naming tensors of that
     layer and their number, instead of drawing layer 1 at random or leaving layer 2 out
     silently."""
-    folder = save_with_head(tmp_path / "model", family)
+    folder = save_with_head(tmp_path / "model", architecture)
     names = rewrite_layers(folder, drop_last_layer if damage == "truncated" else add_a_layer)
     assert len(names) > 4
     wrong = "1" if damage == "truncated" else "2"

@@ -37,8 +37,8 @@ def decoder(request):
 
 
 def states_of(model, ids, mask):
-    family = architecture(model.config.model_type)
-    return family.residual_states(model, {"input_ids": ids, "attention_mask": mask})
+    arch = architecture(model.config.model_type)
+    return arch.residual_states(model, {"input_ids": ids, "attention_mask": mask})
 
 
 def module_attention_weights(model, l: int, X: torch.Tensor, mask: torch.Tensor):

@@ -14,8 +14,8 @@ from attnscope.model.extract import BackgroundWriter, ExtractSettings, extract
 from conftest import tiny_model, write_tiny_encoded, write_tiny_store
 
 
-def test_store_matches_fresh_forward_pass(tmp_path, family):
-    store_path, model = write_tiny_store(tmp_path, family)
+def test_store_matches_fresh_forward_pass(tmp_path, architecture):
+    store_path, model = write_tiny_store(tmp_path, architecture)
     with HiddenStates(store_path) as store:
         assert store.n_layers == model.config.num_hidden_layers
         ids = torch.from_numpy(store.input_ids.astype(np.int64))
@@ -32,9 +32,10 @@ def test_store_matches_fresh_forward_pass(tmp_path, family):
             assert np.abs(store.hidden(l)[valid] - fresh[l].numpy()[valid]).max() <= 1e-4
 
 
-def test_each_stored_state_is_the_previous_layers_output(tmp_path, family):
-    """hidden/{l+1} = layer l+1 applied to hidden/{l}, for every family (GPT-2 before ln_f)."""
-    store_path, model = write_tiny_store(tmp_path, family)
+def test_each_stored_state_is_the_previous_layers_output(tmp_path, architecture):
+    """hidden/{l+1} = layer l+1 applied to hidden/{l}, for every architecture (GPT-2 before
+    ln_f)."""
+    store_path, model = write_tiny_store(tmp_path, architecture)
     weights = canonical_weights(model)
     with HiddenStates(store_path) as store:
         for l, layer in enumerate(weights.layers):
@@ -114,14 +115,14 @@ def test_a_write_refused_in_the_writer_thread_reaches_the_caller(tmp_path):
     assert len(errors) == 1 and "write" in str(errors[0]).lower()
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt2"])
-def test_check_store_tool_accepts_a_good_store_and_rejects_a_tampered_one(tmp_path, family):
+@pytest.mark.parametrize("architecture", ["bert", "gpt2"])
+def test_check_store_tool_accepts_a_good_store_and_rejects_a_tampered_one(tmp_path, architecture):
     import json
     import subprocess
     import sys
     from pathlib import Path
 
-    store, model = write_tiny_store(tmp_path, family)
+    store, model = write_tiny_store(tmp_path, architecture)
     model.save_pretrained(tmp_path / "model")
     manifest = tmp_path / "manifest.json"
     manifest.write_text(json.dumps({"path": str(tmp_path / "model")}))

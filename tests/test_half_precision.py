@@ -27,7 +27,7 @@ DISTANCE = {"bfloat16": (1e-4, 0.05), "float16": (1e-5, 5e-3)}
 # may round in another order: within one step of the 16-bit type at the state's largest value
 # (bfloat16 keeps 7 fraction bits, float16 10; measured up to 0.45 and 0.77 of a step).
 ROUTES = {"bfloat16": 2**-7, "float16": 2**-10}
-FAMILIES = ("bert", "gpt2", "llama", "gemma2", "mixtral", "gpt_neox")
+ARCHITECTURES = ("bert", "gpt2", "llama", "gemma2", "mixtral", "gpt_neox")
 
 
 def distance(path_a, path_b) -> list[float]:
@@ -58,16 +58,16 @@ def test_bfloat16_store_holds_each_states_bfloat16_bits(tmp_path):
 
 
 @pytest.mark.parametrize("compute_dtype", ["bfloat16", "float16"])
-@pytest.mark.parametrize("family", FAMILIES)
-def test_16_bit_forward_stays_within_its_stated_distance(tmp_path, family, compute_dtype):
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+def test_16_bit_forward_stays_within_its_stated_distance(tmp_path, architecture, compute_dtype):
     """Both routes in `compute_dtype`: each within DISTANCE of the float32 store, and of each
     other within ROUTES."""
     folder = tmp_path / "model"
-    tiny_model(family).save_pretrained(folder)
-    encoded = write_tiny_encoded(tmp_path / "encoded.h5", family, batch=5)
+    tiny_model(architecture).save_pretrained(folder)
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", architecture, batch=5)
     run = ExtractSettings(batch_size=2, compute_dtype=compute_dtype)
-    extract(tiny_model(family), encoded, tmp_path / "f32.h5", ExtractSettings(batch_size=2))
-    extract(tiny_model(family), encoded, tmp_path / "whole.h5", run)
+    extract(tiny_model(architecture), encoded, tmp_path / "f32.h5", ExtractSettings(batch_size=2))
+    extract(tiny_model(architecture), encoded, tmp_path / "whole.h5", run)
     extract_streamed(folder, encoded, tmp_path / "streamed.h5", run)
     low, high = DISTANCE[compute_dtype]
     whole = distance(tmp_path / "f32.h5", tmp_path / "whole.h5")

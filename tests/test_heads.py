@@ -40,13 +40,13 @@ def repeated_ids(batch: int, length: int, seed: int = 0, vocab: int = TINY["voca
     return np.array([[START, *r, *r] for r in rows], dtype=np.int32)
 
 
-def write_repeated_store(tmp_path, family: str, batch=3, length=6, head="base", model=None):
+def write_repeated_store(tmp_path, architecture: str, batch=3, length=6, head="base", model=None):
     """(hidden_states.h5, model) of a tiny model (or `model`) over a repeated corpus."""
     vocab = TINY["vocab"] if model is None else model.config.vocab_size
     ids = repeated_ids(batch, length, vocab=vocab)
     category = np.full(ids.shape, OTHER, dtype=np.int8)
     category[:, 0] = CLS
-    encoded = tmp_path / f"{family}-repeated.h5"
+    encoded = tmp_path / f"{architecture}-repeated.h5"
     with h5py.File(encoded, "w") as f:
         f["input_ids"] = ids
         f["attention_mask"] = np.ones(ids.shape, dtype=np.int8)
@@ -54,8 +54,8 @@ def write_repeated_store(tmp_path, family: str, batch=3, length=6, head="base", 
         f["category"] = category
         f["word_ids"] = np.tile(np.arange(-1, 2 * length, dtype=np.int32), (batch, 1))
         f.create_dataset("meta", data=["{}"] * batch, dtype=h5py.string_dtype())
-    model = tiny_model(family, head=head) if model is None else model
-    store = tmp_path / f"{family}-repeated-states.h5"
+    model = tiny_model(architecture, head=head) if model is None else model
+    store = tmp_path / f"{architecture}-repeated-states.h5"
     extract(model, encoded, store, ExtractSettings(batch_size=2))
     return store, model
 
@@ -161,10 +161,10 @@ def test_the_atlas_labels_the_previous_token_and_the_induction_head_alone(tmp_pa
 # ---------------------------------------------------------------- against transformers
 
 
-def test_role_scores_equal_a_plain_forward_on_every_architecture(tmp_path, family):
+def test_role_scores_equal_a_plain_forward_on_every_architecture(tmp_path, architecture):
     """The scores from the stored states equal those computed directly from the attention
     weights of a plain transformers forward on the stored sequences."""
-    store_path, model = write_repeated_store(tmp_path, family)
+    store_path, model = write_repeated_store(tmp_path, architecture)
     with HiddenStates(store_path) as store:
         table = role_scores(store, canonical_weights(model), batch_size=2)
         ids = store.input_ids
@@ -185,9 +185,9 @@ def test_role_scores_equal_a_plain_forward_on_every_architecture(tmp_path, famil
                 assert row[name] == pytest.approx(expected[name], abs=2e-5), (l, h, name)
 
 
-@pytest.mark.parametrize("family_name", ["gpt2", "llama"])
-def test_in_context_loss_equals_the_models_own_logits(tmp_path, family_name):
-    store_path, model = write_repeated_store(tmp_path, family_name, head="causal")
+@pytest.mark.parametrize("architecture", ["gpt2", "llama"])
+def test_in_context_loss_equals_the_models_own_logits(tmp_path, architecture):
+    store_path, model = write_repeated_store(tmp_path, architecture, head="causal")
     weights = canonical_weights(model)
 
     head = prediction_head(model)

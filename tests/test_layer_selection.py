@@ -27,16 +27,18 @@ def test_a_selection_names_its_layers_and_the_states_they_read():
         selected_layers([0], 4)
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
+@pytest.mark.parametrize("architecture", ["bert", "gpt2", "llama"])
 @pytest.mark.parametrize("chosen", [[2], [1, 3], [3]])
-def test_a_subset_store_keeps_the_states_of_its_layers_on_both_routes(tmp_path, family, chosen):
+def test_a_subset_store_keeps_the_states_of_its_layers_on_both_routes(
+    tmp_path, architecture, chosen
+):
     """Every state of the subset store equals the full store's to float rounding (two runs of
     the same forward on this CPU once differed in the last bit); no other state is written, the
     streamed route's scratch file is gone, and reading a left-out state names the setting."""
-    model = tiny_model(family, head=HEADS.get(family, "base"), layers=3)
+    model = tiny_model(architecture, head=HEADS.get(architecture, "base"), layers=3)
     folder = tmp_path / "model"
     model.save_pretrained(folder)
-    encoded = write_tiny_encoded(tmp_path / "encoded.h5", family, batch=5, length=16)
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", architecture, batch=5, length=16)
     extract(model, encoded, tmp_path / "full.h5", ExtractSettings(batch_size=2))
     extract(model, encoded, tmp_path / "whole.h5", ExtractSettings(batch_size=2, layers=chosen))
     extract_streamed(

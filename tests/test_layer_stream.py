@@ -40,17 +40,17 @@ def assert_same_stores(whole: Path, streamed: Path, rtol: float = 1e-5) -> None:
         assert a.attrs["dtype"] == b.attrs["dtype"]
 
 
-def saved(tmp_path, family: str, **save) -> tuple[Path, torch.nn.Module]:
-    model = tiny_model(family, head=HEADS.get(family, "base"))
-    folder = tmp_path / f"model-{family}"
+def saved(tmp_path, architecture: str, **save) -> tuple[Path, torch.nn.Module]:
+    model = tiny_model(architecture, head=HEADS.get(architecture, "base"))
+    folder = tmp_path / f"model-{architecture}"
     model.save_pretrained(folder, **save)
     return folder, model
 
 
-@pytest.mark.parametrize("family", [*CLASSIC, *DECODERS])
-def test_streamed_store_equals_the_whole_model_store(tmp_path, family):
-    folder, model = saved(tmp_path, family)
-    encoded = write_tiny_encoded(tmp_path / "encoded.h5", family, batch=5, length=16)
+@pytest.mark.parametrize("architecture", [*CLASSIC, *DECODERS])
+def test_streamed_store_equals_the_whole_model_store(tmp_path, architecture):
+    folder, model = saved(tmp_path, architecture)
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", architecture, batch=5, length=16)
     extract(model, encoded, tmp_path / "whole.h5", ExtractSettings(batch_size=2))
     extract_streamed(folder, encoded, tmp_path / "streamed.h5", ExtractSettings(batch_size=2))
     assert_same_stores(tmp_path / "whole.h5", tmp_path / "streamed.h5")

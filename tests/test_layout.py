@@ -19,10 +19,11 @@ import yaml
 
 import attnscope
 from attnscope.analyses.family import families
+from attnscope.architectures import SUPPORTED_MODEL_TYPES
 
 ROOT = Path(__file__).parents[1]
 ARCHITECTURES = ROOT / "scripts" / "attnscope" / "architectures"
-# Attribute names of transformers modules (BERT-like and GPT-2 families).
+# Attribute names of transformers modules (BERT-like and GPT-2 architectures).
 MODULE_ATTRIBUTES = {
     "encoder", "attention", "intermediate", "embeddings", "c_attn", "c_proj", "c_fc",
     "ln_1", "ln_2", "ln_f", "wte", "wpe", "h", "LayerNorm", "dense", "self_attn", "mlp",
@@ -539,3 +540,124 @@ def test_no_analysis_takes_the_model_as_two_halves(tmp_path):
     assert two_halves(Path(attnscope.__file__).parent / "analyses") == []
     (tmp_path / "m.py").write_text("def f(store, weights, model, settings): pass\n")
     assert two_halves(tmp_path) == ["m.py:f"]
+
+
+# Issue 49, item 5: "family" names an analysis family only; an architecture (a transformers
+# model type such as "bert", or what `architectures.architecture` returns) is an architecture.
+MODEL_TYPES = set(SUPPORTED_MODEL_TYPES)
+# The functions that take a model type first (tests/conftest.py's tiny models).
+TAKES_A_MODEL_TYPE = re.compile(
+    r"^(architecture|tiny_config|tiny_model|tiny_batch|write_tiny_\w+)$"
+)
+
+
+def says_family(name: str) -> bool:
+    """`family`, `families`, `classic_family`, `family_name`... (a word of the name)."""
+    return bool({"family", "families"} & set(name.lower().split("_")))
+
+
+def _name(node) -> str:
+    """The called or named thing's last name (`f`, `a.b.f` -> "f"); "" for anything else."""
+    return getattr(node, "id", None) or getattr(node, "attr", None) or ""
+
+
+def _constants(tree: ast.Module, conftest: ast.Module) -> dict[str, ast.AST]:
+    """{module-level name: its value} of `tree`, and of tests/conftest.py beneath it."""
+    values = {}
+    for module in (conftest, tree):
+        for node in module.body:
+            if isinstance(node, ast.Assign):
+                values.update({_name(t): node.value for t in node.targets if _name(t)})
+    return values
+
+
+def names_model_types(node, constants: dict, seen: frozenset = frozenset()) -> bool:
+    """Whether `node` holds a transformers model type: a literal ("bert"), a `MODEL_TYPES` or
+    `SUPPORTED_MODEL_TYPES`, or a module-level name whose value does."""
+    for part in ast.walk(node):
+        if isinstance(part, ast.Constant) and part.value in MODEL_TYPES:
+            return True
+        name = _name(part)
+        if name.endswith("MODEL_TYPES"):
+            return True
+        if isinstance(part, ast.Name) and name in constants and name not in seen:
+            if names_model_types(constants[name], constants, seen | {name}):
+                return True
+    return False
+
+
+def architectures_named_family(path: Path, conftest: ast.Module) -> list[str]:
+    """Lines of `path` where a name saying "family" holds an architecture: bound to what
+    `architecture(...)` returns or to a `.model_type`; passed to `architecture` or a tiny-model
+    helper; compared with a model type; a fixture or parametrize over model types."""
+    tree = ast.parse(path.read_text())
+    constants = _constants(tree, conftest)
+    found = []
+    for node in ast.walk(tree):
+        where = f"{path.name}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.Assign | ast.AnnAssign | ast.NamedExpr) and node.value:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            named = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+            value = [
+                _name(n.func) if isinstance(n, ast.Call) else _name(n) for n in ast.walk(node.value)
+            ]
+            if any(map(says_family, named)) and {"architecture", "model_type"} & set(value):
+                found.append(f"{where} {', '.join(named)} = an architecture")
+        if isinstance(node, ast.Call) and TAKES_A_MODEL_TYPE.match(_name(node.func)):
+            given = [*node.args, *(k.value for k in node.keywords)]
+            for arg in given:
+                if isinstance(arg, ast.Name) and says_family(arg.id):
+                    found.append(f"{where} {arg.id} passed to {_name(node.func)}")
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            named = [s.id for s in sides if isinstance(s, ast.Name) and says_family(s.id)]
+            if named and any(names_model_types(s, constants) for s in sides):
+                found.append(f"{where} {named[0]} compared with a model type")
+        if isinstance(node, ast.FunctionDef) and says_family(node.name):
+            for decorator in node.decorator_list:
+                params = [k.value for k in getattr(decorator, "keywords", []) if k.arg == "params"]
+                if params and names_model_types(params[0], constants):
+                    found.append(f"{where} fixture {node.name} over model types")
+        if isinstance(node, ast.Call) and _name(node.func) == "parametrize" and node.args:
+            argnames = [n.value for n in ast.walk(node.args[0]) if isinstance(n, ast.Constant)]
+            named = [w for w in re.split(r"[\s,]+", " ".join(argnames)) if says_family(w)]
+            if named and names_model_types(node.args[1], constants):
+                found.append(f"{where} parametrize {named[0]} over model types")
+    return sorted(found, key=lambda line: int(line.split(":")[1].split()[0]))
+
+
+def test_family_names_an_analysis_family_only():
+    conftest = ast.parse((ROOT / "tests" / "conftest.py").read_text())
+    files = [*python_files(), *sorted((ROOT / "tests").glob("*.py"))]
+    offences = [line for path in files for line in architectures_named_family(path, conftest)]
+    assert offences == []
+
+
+def test_the_family_name_check_finds_an_architecture(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "family = architecture(model.config.model_type)\n"
+        "families = [architectures.architecture(t) for t in types]\n"
+        "kind = family_of(model.config.model_type)\n"
+        "model = tiny_model(family, seed=1)\n"
+        'if family == "bert": pass\n'
+        'if family == "views": pass\n'
+        "@pytest.fixture(params=CLASSIC)\n"
+        "def classic_family(request): return request.param\n"
+        "@pytest.fixture(params=CLASSIC)\n"
+        "def architecture(request): return request.param\n"
+        '@pytest.mark.parametrize(("family", "n"), [("gpt_neox", 3)])\n'
+        "def test_a(family, n): pass\n"
+        '@pytest.mark.parametrize("family", sorted(FAMILIES))\n'
+        "def test_b(family): pass\n"
+    )
+    conftest = ast.parse('CLASSIC = ("bert", "gpt2")\nFAMILIES = ("views", "norms")\n')
+    found = [line.split(" ", 1)[1] for line in architectures_named_family(bad, conftest)]
+    assert found == [
+        "family = an architecture",
+        "families = an architecture",
+        "family passed to tiny_model",
+        "family compared with a model type",
+        "fixture classic_family over model types",
+        "parametrize family over model types",
+    ]

@@ -78,24 +78,27 @@ def test_unembed_gives_the_logits_of_the_columns_asked_for():
     torch.testing.assert_close(unembed(head, h, torch.tensor([5, 999])), whole[:, [5, 999]])
 
 
-@pytest.mark.parametrize("family, kind", [("bert", "mlm"), ("gemma2", "causal")])
-def test_reference_logits_at_positions_are_the_models_own(tmp_path, family, kind):
+@pytest.mark.parametrize("architecture, kind", [("bert", "mlm"), ("gemma2", "causal")])
+def test_reference_logits_at_positions_are_the_models_own(tmp_path, architecture, kind):
     """The prediction's reference logits, built at the attributed positions only (the model's
     unembedding fed those alone, or the head on the stored X_L), are the whole forward's
     logits there (BERT's transform, Gemma-2's soft-cap)."""
-    from attnscope.architectures import architecture, canonical_weights, prediction_head
+    from attnscope import architectures
+    from attnscope.architectures import canonical_weights, prediction_head
     from attnscope.core.store import HiddenStates
     from attnscope.maps.prediction import model_logits, stored_logits
     from conftest import write_tiny_store
 
-    path, model = write_tiny_store(tmp_path, family, batch=4, length=12, head=kind)
+    path, model = write_tiny_store(tmp_path, architecture, batch=4, length=12, head=kind)
     head, weights = prediction_head(model), canonical_weights(model)
     rows, positions = torch.tensor([0, 2, 2, 3]), torch.tensor([1, 0, 5, 3])
     with HiddenStates(path) as store:
         batch = store.batch(0, 0, 4, store.length)
         ids = torch.from_numpy(batch.input_ids.astype("int64"))
         types = torch.from_numpy(store.token_type_ids[:4].astype("int64"))
-        inputs = architecture(model.config.model_type).model_inputs(model, ids, batch.mask, types)
+        inputs = architectures.architecture(model.config.model_type).model_inputs(
+            model, ids, batch.mask, types
+        )
         with torch.no_grad():
             whole = model(**inputs).logits[rows, positions]
         ours = model_logits(model, store, batch, None, rows, positions)
@@ -106,19 +109,20 @@ def test_reference_logits_at_positions_are_the_models_own(tmp_path, family, kind
 
 
 @pytest.mark.parametrize(
-    "family, kind",
+    "architecture, kind",
     [("bert", "mlm"), ("gpt2", "causal"), ("llama", "causal"), ("gpt_neox", "causal")],
 )
-def test_extraction_with_the_head_loaded_never_builds_logits(family, kind):
+def test_extraction_with_the_head_loaded_never_builds_logits(architecture, kind):
     """The residual states of a model loaded with its LM head (the sink card's control
     extraction) come from the bare model: the unembedding never runs, and the states are
     the bare model's."""
-    from attnscope.architectures import architecture, base_model
+    from attnscope import architectures
+    from attnscope.architectures import base_model
     from conftest import tiny_batch, tiny_model
 
-    model = tiny_model(family, head=kind)
-    ids, mask = tiny_batch(family)
-    arch = architecture(model.config.model_type)
+    model = tiny_model(architecture, head=kind)
+    ids, mask = tiny_batch(architecture)
+    arch = architectures.architecture(model.config.model_type)
     inputs = arch.model_inputs(model, ids, mask, torch.zeros_like(ids))
     calls = []
     model.get_output_embeddings().register_forward_pre_hook(lambda m, args: calls.append(1))

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from attnscope.architectures import architecture, canonical_weights
+from attnscope import architectures
+from attnscope.architectures import canonical_weights
 from attnscope.core.activation_split import (
     closed_form_coefficients,
     ig_coefficients,
@@ -25,15 +26,15 @@ from conftest import write_tiny_store
 
 
 @pytest.mark.parametrize("ig_steps", [0])
-def test_every_stage_rebuilds_the_real_outputs(tmp_path, classic_family, ig_steps):
+def test_every_stage_rebuilds_the_real_outputs(tmp_path, classic_architecture, ig_steps):
     """sum_j z_ij + bias_i equals the real output of every stage; the last residual state equals
     the model's stored next hidden state hidden/{l+1}."""
-    family = classic_family
+    architecture = classic_architecture
     from attnscope.core.attention import feed_forward
 
-    path, model = write_tiny_store(tmp_path, family)
+    path, model = write_tiny_store(tmp_path, architecture)
     weights = canonical_weights(model)
-    module_attention = architecture(model.config.model_type).attention_output
+    module_attention = architectures.architecture(model.config.model_type).attention_output
     with HiddenStates(path) as store:
         for l, layer in enumerate(weights.layers):
             closing = closing_layer_norm(weights.layers, weights.final_ln, l)
@@ -72,7 +73,7 @@ def test_every_stage_rebuilds_the_real_outputs(tmp_path, classic_family, ig_step
                     got = stage.total()[real]
                     want = expected[stage.scope][real]
                     rel = ((got - want).norm(dim=-1) / want.norm(dim=-1)).max()
-                    assert rel < 1e-5, (family, l, stage.scope, float(rel))
+                    assert rel < 1e-5, (architecture, l, stage.scope, float(rel))
                     invisible = ~(real[:, :, None] & real[:, None, :])
                     if layer.causal:
                         invisible |= torch.ones_like(invisible[0]).triu(1)
@@ -80,13 +81,13 @@ def test_every_stage_rebuilds_the_real_outputs(tmp_path, classic_family, ig_step
             assert tuple(seen) == VECTOR_SCOPES
 
 
-def test_head_factors_rebuild_the_parts_and_the_ff_split(tmp_path, family):
+def test_head_factors_rebuild_the_parts_and_the_ff_split(tmp_path, architecture):
     """The AttnResLn stage's factored form gives its parts exactly (times the identity), z_ij W
     for query chunks at any offset (the residual on the diagonal), and the same FF split as
-    the parts themselves, for every family (padding and causal masks included)."""
+    the parts themselves, for every architecture (padding and causal masks included)."""
     from attnscope.maps.layer_decomposition import feed_forward_parts
 
-    path, model = write_tiny_store(tmp_path, family)
+    path, model = write_tiny_store(tmp_path, architecture)
     weights = canonical_weights(model)
     with HiddenStates(path) as store:
         X = torch.from_numpy(store.hidden(1))
@@ -104,15 +105,15 @@ def test_head_factors_rebuild_the_parts_and_the_ff_split(tmp_path, family):
         into_ff = factors.times(W)
         for i0, i1 in [(0, 1), (1, 4), (3, n)]:
             want = parts[:, i0:i1].transpose(1, 2) @ W
-            assert torch.allclose(into_ff(i0, i1), want, atol=1e-5, rtol=1e-4), (family, i0)
+            assert torch.allclose(into_ff(i0, i1), want, atol=1e-5, rtol=1e-4), (architecture, i0)
         plain = feed_forward_parts(parts, stage.bias, layer, 3)
         factored = feed_forward_parts(parts, stage.bias, layer, 3, factors)
         for a, b in zip(plain, factored, strict=True):
-            assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), family
+            assert torch.allclose(a, b, atol=1e-5, rtol=1e-4), architecture
 
 
 @pytest.mark.parametrize("rows, ig_steps", [(1, 0), (5, 3)])
-def test_query_chunks_give_the_whole_layers_maps(tmp_path, family, rows, ig_steps):
+def test_query_chunks_give_the_whole_layers_maps(tmp_path, architecture, rows, ig_steps):
     """Issue 37: a layer decomposed in chunks of `rows` queries (the budget that
     `query_chunk` turns into them) gives the maps and mixing ratios of the whole layer at
     once, to 1e-6 relative; chunks of 5 of 16 queries split the sliding windows (4 keys) of
@@ -122,7 +123,7 @@ def test_query_chunks_give_the_whole_layers_maps(tmp_path, family, rows, ig_step
     from attnscope.maps.layer_decomposition import STAGE_COPIES, query_chunk
     from attnscope.maps.layer_maps import LayerBatch, layer_scope_maps
 
-    path, model = write_tiny_store(tmp_path, family)
+    path, model = write_tiny_store(tmp_path, architecture)
     weights = canonical_weights(model)
     windows = [layer.sliding_window for layer in weights.layers if layer.sliding_window]
     with HiddenStates(path) as store:
@@ -132,7 +133,7 @@ def test_query_chunks_give_the_whole_layers_maps(tmp_path, family, rows, ig_step
     budget = rows * STAGE_COPIES * B * n * d * 4 / 2**20
     assert query_chunk(B, n, d, 4, budget) == rows
     assert query_chunk(B, n, d, 4, 1e-9) == 1 and query_chunk(B, n, d, 4, 1e9) == n
-    if family in ("gemma2", "mixtral"):
+    if architecture in ("gemma2", "mixtral"):
         assert windows and max(windows) < n and rows % max(windows)
     for l in range(weights.n_layers):
         found = []
@@ -152,7 +153,7 @@ def test_query_chunks_give_the_whole_layers_maps(tmp_path, family, rows, ig_step
         (whole, whole_ratios), (chunked, chunked_ratios) = found
         for scope, full in whole.items():
             error = (chunked[scope] - full).abs().max() / full.abs().max()
-            assert error <= 1e-6, (family, l, scope, float(error))
+            assert error <= 1e-6, (architecture, l, scope, float(error))
         for scope, full in whole_ratios.items():
             assert not chunked_ratios[scope].isnan().any()
             assert torch.allclose(chunked_ratios[scope], full, rtol=1e-6, atol=1e-7), scope
@@ -277,14 +278,14 @@ def test_rsa_refuses_a_nan_map_but_skips_a_constant_one():
         rsa.add(0, {"a": maps, "b": broken}, pairs)
 
 
-def run_corpus(tmp_path, family):
+def run_corpus(tmp_path, architecture):
     import h5py
 
     from attnscope.analyses.mixing.corpus_pass import corpus_pass
     from attnscope.analyses.mixing.settings import MixingSettings
     from attnscope.core.store import atomic_h5
 
-    path, model = write_tiny_store(tmp_path, family)
+    path, model = write_tiny_store(tmp_path, architecture)
     weights = canonical_weights(model)
     maps_path = tmp_path / "maps.h5"
     with HiddenStates(path) as store, atomic_h5(maps_path) as maps:
@@ -297,7 +298,7 @@ def run_corpus(tmp_path, family):
     return path, model, h5py.File(maps_path, "r"), result
 
 
-def test_corpus_tables_against_independent_recomputation(tmp_path, family):
+def test_corpus_tables_against_independent_recomputation(tmp_path, architecture):
     """maps.h5, mixing_ratio, rsa and ff_pairs (read back from maps.h5) against numpy/scipy
     recomputations from the `transformers` attention weights, the norms family's head-summed
     maps and maps.h5."""
@@ -308,7 +309,7 @@ def test_corpus_tables_against_independent_recomputation(tmp_path, family):
     from attnscope.maps.head_norms import head_summed_norms
     from attnscope.maps.layer_decomposition import SCOPES
 
-    path, model, maps, result = run_corpus(tmp_path, family)
+    path, model, maps, result = run_corpus(tmp_path, architecture)
     with HiddenStates(path) as store:
         ids = torch.from_numpy(store.input_ids.astype(np.int64))
         mask_np = store.attention_mask.astype(bool)
@@ -318,7 +319,9 @@ def test_corpus_tables_against_independent_recomputation(tmp_path, family):
         input_ids = store.input_ids
         types = torch.from_numpy(store.token_type_ids.astype(np.int64))
     assert sorted(maps.attrs["scopes"]) == sorted(SCOPES)
-    inputs = architecture(model.config.model_type).model_inputs(model, ids, mask, types)
+    inputs = architectures.architecture(model.config.model_type).model_inputs(
+        model, ids, mask, types
+    )
     with torch.no_grad():
         attentions = model(**inputs, output_attentions=True).attentions
     weights = canonical_weights(model)

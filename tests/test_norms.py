@@ -11,6 +11,7 @@ import pytest
 import torch
 from scipy.stats import rankdata, spearmanr
 
+from attnscope import architectures
 from attnscope.analyses.norms.affine import affine_singular_value_table
 from attnscope.analyses.norms.corpus_pass import corpus_pass
 from attnscope.analyses.norms.massive_activations import MassiveActivations
@@ -18,7 +19,7 @@ from attnscope.analyses.norms.outputs import FAMILY as NORMS
 from attnscope.analyses.norms.settings import NormsSettings
 from attnscope.analyses.norms.sinks import SinkStatistics
 from attnscope.analyses.norms.statistics import NormsAccumulator, spearman
-from attnscope.architectures import architecture, base_model, canonical_weights
+from attnscope.architectures import base_model, canonical_weights
 from attnscope.core.attention import attention_output, attention_probs, value_vectors
 from attnscope.core.checks import CheckError, NonFiniteError, ResidualLog
 from attnscope.core.checks import residual as residual_of
@@ -68,23 +69,23 @@ def module_values(model, layer: int, X: torch.Tensor) -> torch.Tensor:
     return torch.einsum("bhne,hed->bhnd", v, W_O.reshape(H, -1, W_O.shape[-1]))
 
 
-def test_decomposition_rebuilds_module_output(classic_family):
+def test_decomposition_rebuilds_module_output(classic_architecture):
     """sum_h sum_j alpha f(x_j) + b_O equals the module's output, and that output (the
     independent route of the run-time check) rebuilds the model's own next hidden state."""
-    family = classic_family
-    model = tiny_model(family)
+    architecture = classic_architecture
+    model = tiny_model(architecture)
     weights = canonical_weights(model)
-    ids, mask = tiny_batch(family)
+    ids, mask = tiny_batch(architecture)
     hidden, _ = run_model(model, ids, mask)
     real = mask.bool()
     for l, layer in enumerate(weights.layers):
         X = hidden[l]
         y = attention_output(attention_probs(X, mask, layer), value_vectors(X, layer), layer)
-        y_real = architecture(family).attention_output(model, l, X, mask)
+        y_real = architectures.architecture(architecture).attention_output(model, l, X, mask)
         torch.testing.assert_close(y[real], y_real[real], rtol=1e-5, atol=1e-6)
         core = base_model(model)
         with torch.no_grad():
-            if family == "gpt2":
+            if architecture == "gpt2":
                 block = core.h[l]
                 h = X + y_real
                 after = h + block.mlp(block.ln_2(h))
@@ -92,7 +93,7 @@ def test_decomposition_rebuilds_module_output(classic_family):
                 module = core.encoder.layer[l]
                 h = module.attention.output.LayerNorm(y_real + X)
                 after = module.output(module.intermediate(h), h)
-        if l + 1 < weights.n_layers or family != "gpt2":  # GPT-2's last state is after ln_f
+        if l + 1 < weights.n_layers or architecture != "gpt2":  # GPT-2's last state is after ln_f
             torch.testing.assert_close(after[real], hidden[l + 1][real], rtol=1e-5, atol=1e-5)
 
 
@@ -123,13 +124,13 @@ def assert_top_k_of(whole: np.ndarray, keys: np.ndarray, values: np.ndarray, reb
     np.testing.assert_array_equal(rebuilt, np.where(kept, whole, 0))
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt2"])
-def test_top_k_maps_are_the_whole_maps_top_k(tmp_path, family):
+@pytest.mark.parametrize("architecture", ["bert", "gpt2"])
+def test_top_k_maps_are_the_whole_maps_top_k(tmp_path, architecture):
     """With `maps_top_k` 5 each layer's map is stored as each query row's 5 largest entries
     (keys and values, largest first) of the whole map the default stores, and `read_map`
     gives the whole map with every other entry 0 (a 16-piece store in batches of 3: rows
     shorter than their batch and padding rows included)."""
-    store_path, model = write_tiny_store(tmp_path, family)
+    store_path, model = write_tiny_store(tmp_path, architecture)
     weights = canonical_weights(model)
     for k in (0, 5):
         with HiddenStates(store_path) as store, atomic_h5(tmp_path / f"maps{k}.h5") as maps:
@@ -157,16 +158,16 @@ def test_top_k_maps_are_the_whole_maps_top_k(tmp_path, family):
             np.testing.assert_array_equal(read_map(whole, f"maps/{l}", 0, N, L), dense)
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt2"])
-def test_singular_values_match_dense_svd(family):
+@pytest.mark.parametrize("architecture", ["bert", "gpt2"])
+def test_singular_values_match_dense_svd(architecture):
     """The QR route gives the top d'+1 singular values of the dense augmented product."""
-    model = tiny_model(family)
+    model = tiny_model(architecture)
     table = affine_singular_value_table(canonical_weights(model))
     H, d = model.config.num_attention_heads, model.config.hidden_size
     dh = d // H
     core = base_model(model)
     for l in range(model.config.num_hidden_layers):
-        if family == "gpt2":
+        if architecture == "gpt2":
             attn = core.h[l].attn
             W_V, b_V = attn.c_attn.weight[:, 2 * d :], attn.c_attn.bias[2 * d :]
             W_O = attn.c_proj.weight
@@ -333,7 +334,7 @@ def test_decomposition_check_covers_every_batch(tmp_path):
     here), in the columns every decomposing family writes (`checks.ResidualLog`)."""
     store_path, model = write_tiny_store(tmp_path, "bert", batch=5, length=14)
     weights = canonical_weights(model)
-    module_output = architecture(model.config.model_type).attention_output
+    module_output = architectures.architecture(model.config.model_type).attention_output
     with HiddenStates(store_path) as store, atomic_h5(tmp_path / "maps.h5") as maps:
         _, residual = corpus_pass(
             store,
@@ -355,11 +356,11 @@ def test_decomposition_check_covers_every_batch(tmp_path):
             assert (row["max_abs"], row["max_rel"]) == tuple(map(max, zip(*per_batch, strict=True)))
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt2"])
-def test_tables_match_transformers(tmp_path, family):
+@pytest.mark.parametrize("architecture", ["bert", "gpt2"])
+def test_tables_match_transformers(tmp_path, architecture):
     """Every table and the maps, recomputed in numpy from `transformers` output_attentions,
     hidden states and value weights over the whole tiny corpus (Spearman exact here)."""
-    store_path, model = write_tiny_store(tmp_path, family, batch=5, length=14)
+    store_path, model = write_tiny_store(tmp_path, architecture, batch=5, length=14)
     with HiddenStates(store_path) as store, atomic_h5(tmp_path / "maps.h5") as maps:
         ids = torch.from_numpy(store.input_ids).long()
         mask = torch.from_numpy(store.attention_mask).long()
@@ -376,7 +377,7 @@ def test_tables_match_transformers(tmp_path, family):
 
     hidden, attentions = run_model(model, ids, mask, types)
     L, H = len(attentions), model.config.num_attention_heads
-    causal = family == "gpt2"
+    causal = architecture == "gpt2"
     x_norms, fx_norms = [[] for _ in range(L)], [[[] for _ in range(H)] for _ in range(L)]
     pairs = {c: [] for c in CATEGORY_NAMES}
     sep_alpha, classes = np.zeros((L, H)), np.zeros((L, 4, 2))
@@ -522,10 +523,10 @@ def counted_rows(n: int, layer) -> list[int]:
     return [i for i in range(n) if (i > 0 or not layer.causal) and (i < window or not layer.causal)]
 
 
-def test_sinks_and_massive_activations_match_transformers(tmp_path, family):
+def test_sinks_and_massive_activations_match_transformers(tmp_path, architecture):
     """attention_sinks.tsv recomputed row by row in numpy from `transformers`' own attention
     weights and value/output projections; massive_activations.tsv from the stored states."""
-    store_path, model = write_tiny_store(tmp_path, family, batch=5, length=14)
+    store_path, model = write_tiny_store(tmp_path, architecture, batch=5, length=14)
     weights = canonical_weights(model)
     tables = analyse_tiny_store(store_path, model, weights)
     with HiddenStates(store_path) as store:
@@ -591,13 +592,13 @@ def test_sinks_and_massive_activations_match_transformers(tmp_path, family):
             assert row["top_dim_share"] == 1
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "gemma2"])
-def test_uniform_attention_on_equal_vectors_gives_known_shares(tmp_path, family):
+@pytest.mark.parametrize("architecture", ["bert", "gpt2", "llama", "gemma2"])
+def test_uniform_attention_on_equal_vectors_gives_known_shares(tmp_path, architecture):
     """W_Q = b_Q = 0 makes every score 0, so alpha is uniform over the keys a query sees;
     W_V = 0 makes f^h(x_j) = b_V W_O the same vector for every key. Then alpha_i0 = 1 / k_i
     (k_i keys seen: n for an encoder, i + 1 for a causal row) and norm_share = output_ratio =
     alpha_first, fx_ratio = 1. The module check is off: only the canonical weights change."""
-    store_path, model = write_tiny_store(tmp_path, family, batch=5, length=14)
+    store_path, model = write_tiny_store(tmp_path, architecture, batch=5, length=14)
     weights = canonical_weights(model)
     g = torch.Generator().manual_seed(0)
     layers = [
@@ -625,7 +626,7 @@ def test_uniform_attention_on_equal_vectors_gives_known_shares(tmp_path, family)
         for column in ("alpha_first", "norm_share", "output_ratio"):
             np.testing.assert_allclose(rows[column], np.mean(alpha), rtol=1e-5, err_msg=column)
         np.testing.assert_allclose(rows["fx_ratio"], 1, rtol=1e-5)
-    if family == "gemma2":  # layer 1 slides (window 4): rows 1..3 of every sequence count
+    if architecture == "gemma2":  # layer 1 slides (window 4): rows 1..3 of every sequence count
         assert (sinks[sinks["layer"] == 1]["n_rows"] == 3 * len(lengths)).all()
 
 

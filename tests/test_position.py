@@ -1,5 +1,5 @@
 """Position analyses (Yamamoto & Matsuzaki): identities, hand-built answers, independent NumPy
-and `transformers` computations, on tiny random models of every family."""
+and `transformers` computations, on tiny random models of every architecture."""
 
 from dataclasses import replace
 
@@ -46,9 +46,9 @@ def random_x(d: int, n: int = 10, batch: int = 2, seed: int = 0) -> torch.Tensor
 
 
 @pytest.mark.parametrize("include_bias", [False, True])
-def test_xwax_equals_qskt(classic_family, include_bias):
-    family = classic_family
-    layer = canonical_weights(tiny_model(family)).layers[0]
+def test_xwax_equals_qskt(classic_architecture, include_bias):
+    architecture = classic_architecture
+    layer = canonical_weights(tiny_model(architecture)).layers[0]
     X = random_x(layer.d_model)
     form = bilinear_form(layer, include_bias)
     x = score_input(X, layer, include_bias)
@@ -86,9 +86,9 @@ def test_cross_covariance_sums_to_diagonals_of_qskt():
     assert torch.allclose((xcov * s).sum(-1), trt, atol=1e-12)
 
 
-def test_full_rotation_is_orthogonal_and_rank_block_contracts(classic_family):
-    family = classic_family
-    layer = canonical_weights(tiny_model(family)).layers[1]
+def test_full_rotation_is_orthogonal_and_rank_block_contracts(classic_architecture):
+    architecture = classic_architecture
+    layer = canonical_weights(tiny_model(architecture)).layers[1]
     form = bilinear_form(layer)
     R = form.rotation("full")
     eye = torch.eye(R.shape[-1], dtype=R.dtype)
@@ -103,9 +103,9 @@ def test_full_rotation_is_orthogonal_and_rank_block_contracts(classic_family):
     assert np.allclose(Rr @ vectors, vectors * rank[:, None, :], atol=1e-10)
 
 
-def test_pe_spectrum_and_pca_match_numpy(classic_family):
-    family = classic_family
-    weights = canonical_weights(tiny_model(family))
+def test_pe_spectrum_and_pca_match_numpy(classic_architecture):
+    architecture = classic_architecture
+    weights = canonical_weights(tiny_model(architecture))
     pe = weights.position_embeddings.double().numpy()
     assert pe.shape == (T, TINY["hidden"])  # RoBERTa's reserved rows dropped
     ids = np.arange(5, 25)
@@ -141,10 +141,10 @@ FREQUENCIES = (3, 5, 7, 11)  # cycles per T positions, one cos/sin pair each
 SHIFT = 1  # keys equal queries of the next token: the head attends to i - 1
 
 
-def shifted_head_model(family: str = "bert"):
+def shifted_head_model(architecture: str = "bert"):
     """Canonical weights whose layer 1, head 1 reads sinusoids of x and compares the query of
     token i with the key of token j through K_j = Q_{j+SHIFT}: its scores peak at j = i - 1."""
-    weights = canonical_weights(tiny_model(family))
+    weights = canonical_weights(tiny_model(architecture))
     layer = weights.layers[0]
     W_Q, W_K = layer.W_Q.clone(), layer.W_K.clone()
     W_Q[0], W_K[0] = 0, 0
@@ -205,11 +205,11 @@ def test_rotation_angle_gives_the_built_in_shift_and_trt_peaks_at_minus_one(tmp_
     assert centre.t.iloc[int(centre.value.argmax())] == -SHIFT
 
 
-def test_scan_matches_transformers_attention(tmp_path, classic_family):
+def test_scan_matches_transformers_attention(tmp_path, classic_architecture):
     """tr_t(A) from the scan equals the diagonals of `transformers`' own attention maps, and
     every table is built (GPT-2: no weight on keys after the query)."""
-    family = classic_family
-    store_path, model = write_tiny_store(tmp_path, family)
+    architecture = classic_architecture
+    store_path, model = write_tiny_store(tmp_path, architecture)
     weights = canonical_weights(model)
     with HiddenStates(store_path) as store:
         result = position_pass.corpus_pass(store, weights, PositionSettings(3, 5, batch_size=3))
@@ -218,7 +218,7 @@ def test_scan_matches_transformers_attention(tmp_path, classic_family):
         types = torch.from_numpy(store.token_type_ids.astype(np.int64))
         window = int(store.lengths.min())
     kwargs = {"input_ids": ids, "attention_mask": mask, "output_attentions": True}
-    if family != "gpt2":
+    if architecture != "gpt2":
         kwargs["token_type_ids"] = types
     with torch.no_grad():
         attentions = model(**kwargs).attentions
@@ -226,7 +226,7 @@ def test_scan_matches_transformers_attention(tmp_path, classic_family):
         A = A * mask[:, None, :, None]
         expected = diagonal_sums(A, result.offsets).numpy()
         assert np.allclose(result.trt[:, l], expected, atol=1e-5)
-    if family == "gpt2":
+    if architecture == "gpt2":
         assert np.all(result.trt[..., np.array(result.offsets) > 0] == 0)
     assert result.worst_identity()[1] < position_pass.IDENTITY_TOLERANCE
     heads = select_heads(position_pass.mean_trt(result), result.offsets, [[2, 1]])
@@ -324,7 +324,7 @@ def test_rotary_models_get_tr_t_from_their_own_attention(tmp_path, model_type):
     own attention weights (Gemma-2's first layer slides a window of 4 keys)."""
     store_path, model = write_tiny_store(tmp_path, model_type)
     weights = canonical_weights(model)
-    assert weights.rotary and weights.position_embeddings is None
+    assert weights.any_rotary and not weights.learned_positions
     with HiddenStates(store_path) as store:
         trt = position_pass.trt_pass(store, weights, PositionSettings(t_max=3, batch_size=3))
         ids = torch.from_numpy(store.input_ids[:1].astype(np.int64))

@@ -263,13 +263,13 @@ def test_probe_recovers_a_planted_map_and_is_at_chance_on_noise():
 RELATIONS = ["det", "nsubj", "obj", "amod:x"]
 
 
-def tiny_corpus(tmp_path, family, seed=3):
+def tiny_corpus(tmp_path, architecture, seed=3):
     """A tiny store whose words span 1-2 pieces, with random gold trees and GAP mentions."""
     from attnscope.model.extract import ExtractSettings, extract
     from conftest import write_tiny_encoded
 
-    model = tiny_model(family)
-    encoded = write_tiny_encoded(tmp_path / "encoded.h5", family, batch=5, length=16)
+    model = tiny_model(architecture)
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", architecture, batch=5, length=16)
     rng = np.random.default_rng(seed)
     metas = []
     with h5py.File(encoded, "r+") as f:
@@ -322,10 +322,10 @@ def direct_word_map(a, word_ids):
     return out
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt2"])
-def test_tables_match_transformers_attentions(tmp_path, family):
-    store_path, model, metas = tiny_corpus(tmp_path, family)
-    causal = family == "gpt2"
+@pytest.mark.parametrize("architecture", ["bert", "gpt2"])
+def test_tables_match_transformers_attentions(tmp_path, architecture):
+    store_path, model, metas = tiny_corpus(tmp_path, architecture)
+    causal = architecture == "gpt2"
     L = model.config.num_hidden_layers
     # a hand-written mixing maps.h5 (the mixing family's contract): mean attention over heads
     with HiddenStates(store_path) as store:

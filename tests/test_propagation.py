@@ -10,10 +10,11 @@ import numpy as np
 import pytest
 import torch
 
+from attnscope import architectures
 from attnscope.analyses.mixing.plots import prediction as prediction_figure
 from attnscope.analyses.mixing.rollout import rollout_step
 from attnscope.analyses.mixing.statistics import mixing_ratio_of
-from attnscope.architectures import architecture, canonical_weights, prediction_head
+from attnscope.architectures import canonical_weights, prediction_head
 from attnscope.core.attention import visible_pairs
 from attnscope.core.checks import CheckError, ResidualLog
 from attnscope.core.store import HiddenStates
@@ -50,10 +51,10 @@ from conftest import (
 ENCODERS = ("bert", "roberta", "electra")
 
 
-def headed_model(family: str, dtype=torch.float32):
+def headed_model(architecture: str, dtype=torch.float32):
     """A tiny model with its LM head (masked for encoders, causal otherwise); the logit
     multipliers and soft-cap set away from 1 and infinity so that they are exercised."""
-    model = tiny_model(family, head="mlm" if family in ENCODERS else "causal").to(dtype)
+    model = tiny_model(architecture, head="mlm" if architecture in ENCODERS else "causal").to(dtype)
     config = model.config
     if getattr(config, "final_logit_softcapping", None) is not None:
         config.final_logit_softcapping = 0.3
@@ -76,9 +77,9 @@ def carry(model, dtype=torch.float32, bound=1e-5, budget_mb=1024.0, splits=None,
     (states, each layer's total, the last state's split, residual log, mask, inputs); each
     layer's `LayerSplit` is appended to `splits` when given. `exact` False: the states after
     the embeddings are not given (as from a 16-bit store)."""
-    family = model.config.model_type
-    ids, mask = tiny_batch("roberta" if family == "roberta" else "bert")
-    arch = architecture(family)
+    model_type = model.config.model_type
+    ids, mask = tiny_batch("roberta" if model_type == "roberta" else "bert")
+    arch = architectures.architecture(model_type)
     inputs = arch.model_inputs(model, ids, mask, torch.zeros_like(ids))
     states = [s.to(dtype) for s in arch.residual_states(model, inputs)]
     log = ResidualLog(bound, None)
@@ -129,11 +130,11 @@ def check_logits(model, last, mask, inputs, bound: float) -> None:
         assert later.numel() == 0 or float(later.abs().max()) == 0  # tokens it cannot see
 
 
-@pytest.mark.parametrize("family", [*CLASSIC, *DECODERS])
-def test_propagated_parts_rebuild_every_state_and_the_logit(family):
+@pytest.mark.parametrize("architecture", [*CLASSIC, *DECODERS])
+def test_propagated_parts_rebuild_every_state_and_the_logit(architecture):
     """Every layer's carried split sums to the stored state, every stage to the real module
     output (checked inside the pass, 1e-5), and the head's parts to the model's logits."""
-    model = headed_model(family)
+    model = headed_model(architecture)
     states, carried, last, log, mask, inputs = carry(model)
     assert len(carried) == len(states) - 1
     for l, total in enumerate(carried, start=1):
@@ -150,15 +151,15 @@ def budget_for(width: int, batch: int, n: int, d: int) -> float:
 
 
 @pytest.mark.parametrize("exact", [True, False], ids=["exact", "16-bit"])
-@pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
-def test_chunks_of_input_tokens_give_the_whole_split(family, exact):
+@pytest.mark.parametrize("architecture", ["bert", "gpt2", "llama"])
+def test_chunks_of_input_tokens_give_the_whole_split(architecture, exact):
     """Carried in chunks of 1 and of 5 input tokens (12 = 5 + 5 + 2: a chunk that does not
     divide n), every layer's assembled split (norms, total, the others' sum, bias, mixing
     ratio, bias share), the last state's parts and the logits split from them equal the
     split carried whole, within 1e-6 relative; every stage sum passes its check. Also where
     the states after the embeddings are not given (a 16-bit store): the layer reads the whole
     state carried alongside."""
-    model = headed_model(family)
+    model = headed_model(architecture)
     d = model.config.hidden_size
     found = {}
     for width in (12, 1, 5):
@@ -198,7 +199,9 @@ def test_propagate_yields_a_layer_once_its_last_chunk_is_through():
     norms side by side and whose bias is the first chunk's."""
     model = tiny_model("gpt2")
     ids, mask = tiny_batch("bert")
-    states = architecture("gpt2").residual_states(model, {"input_ids": ids, "attention_mask": mask})
+    states = architectures.architecture("gpt2").residual_states(
+        model, {"input_ids": ids, "attention_mask": mask}
+    )
     weights = canonical_weights(model)
     budget = budget_for(5, 3, 12, model.config.hidden_size)
     with torch.no_grad():
@@ -224,18 +227,18 @@ def test_propagate_yields_a_layer_once_its_last_chunk_is_through():
         assert all(float(c.split.bias.abs().max()) == 0 for c in chunks[1:])
 
 
-@pytest.mark.parametrize("family", CLASSIC)
-def test_float64_propagation_is_exact(family):
+@pytest.mark.parametrize("architecture", CLASSIC)
+def test_float64_propagation_is_exact(architecture):
     """With a float64 model and states the carried split and the logits hold to 1e-12."""
-    model = headed_model(family, torch.float64)
+    model = headed_model(architecture, torch.float64)
     states, carried, last, log, mask, inputs = carry(model, torch.float64, bound=1e-12)
     for l, total in enumerate(carried, start=1):
         assert relative(total, states[l], mask) < 1e-12
     check_logits(model, last, mask, inputs, 1e-12)
 
 
-@pytest.mark.parametrize("family", ["bert", "llama"])
-def test_carried_ff_takes_every_part_through_w_pre_in_one_product(family):
+@pytest.mark.parametrize("architecture", ["bert", "llama"])
+def test_carried_ff_takes_every_part_through_w_pre_in_one_product(architecture):
     """The FF split of carried parts (no head factors) multiplies a chunk's (key, query) rows
     by W_pre in one matrix product: a batched product over the keys read all of W_pre once
     per key (3x slower at SmolLM2's shape, benchmarks/bench_flops.py). Same parts as the
@@ -255,7 +258,7 @@ def test_carried_ff_takes_every_part_through_w_pre_in_one_product(family):
                 self.batched.append([tuple(a.shape) for a in args[:3] if hasattr(a, "shape")])
             return func(*args, **(kwargs or {}))
 
-    layer = cast(canonical_weights(tiny_model(family)).layers[0], torch.float64)
+    layer = cast(canonical_weights(tiny_model(architecture)).layers[0], torch.float64)
     g = torch.Generator().manual_seed(0)
     parts = torch.randn(2, 6, 6, layer.W_O.shape[-1], generator=g, dtype=torch.float64)
     bias = torch.randn(2, 6, parts.shape[-1], generator=g, dtype=torch.float64)
@@ -269,17 +272,18 @@ def test_carried_ff_takes_every_part_through_w_pre_in_one_product(family):
     torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
 
 
-def test_one_layer_propagation_is_the_per_layer_map(family):
+def test_one_layer_propagation_is_the_per_layer_map(architecture):
     """Through one layer the token split is the per-layer split of X_0 (the mixing family's
     head-factored route) at every stage, once b_V (and a pre-LN model's LN1 beta) is 0: the
     per-layer split gives them to key j with f(x) (Kobayashi 2020), the carried one to the
     bias, as no input token carries them. With them the stage totals still agree."""
-    model = tiny_model(family)
+    model = tiny_model(architecture)
     weights = canonical_weights(model)
-    states = architecture(family).residual_states(
-        model, {"input_ids": tiny_batch(family)[0], "attention_mask": tiny_batch(family)[1]}
+    states = architectures.architecture(architecture).residual_states(
+        model,
+        {"input_ids": tiny_batch(architecture)[0], "attention_mask": tiny_batch(architecture)[1]},
     )
-    mask = tiny_batch(family)[1]
+    mask = tiny_batch(architecture)[1]
     closing = closing_layer_norm(weights.layers, weights.final_ln, 0)
     first = weights.layers[0]
     unbiased = replace(first, b_V=0 * first.b_V)
@@ -298,13 +302,13 @@ def test_one_layer_propagation_is_the_per_layer_map(family):
                 assert float((carried[scope][0] - parts).abs().max()) < 1e-5 * scale, scope
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama"])
-def test_parts_are_carried_in_float64_and_a_wrong_split_fails(family):
+@pytest.mark.parametrize("architecture", ["gpt2", "llama"])
+def test_parts_are_carried_in_float64_and_a_wrong_split_fails(architecture):
     """A float32 model's split is carried in float64 (the split adds no rounding of its own,
     at any depth), and it still rebuilds every stage of a float32 forward within 1e-5. A
     wrong split does not pass: one part of one token moved by 1e-3 of the state's norm after
     layer 1 fails the default bound (1e-4) in layer 2."""
-    model = headed_model(family)
+    model = headed_model(architecture)
     states, carried, last, log, mask, inputs = carry(model)
     assert last.parts.dtype == torch.float64 and all(t.dtype == torch.float64 for t in carried)
     assert (log.table()["max_rel"] < 1e-5).all()
@@ -324,17 +328,19 @@ def test_parts_are_carried_in_float64_and_a_wrong_split_fails(family):
                 perturb(event)
 
 
-@pytest.mark.parametrize("family", ["gpt2", "llama"])
-def test_zeroed_blocks_pass_the_parts_through(family):
+@pytest.mark.parametrize("architecture", ["gpt2", "llama"])
+def test_zeroed_blocks_pass_the_parts_through(architecture):
     """With every attention and FF weight and bias set to 0, each layer adds nothing: the
     carried parts stay the embedding output's token split and the bias stays 0."""
-    model = tiny_model(family)
+    model = tiny_model(architecture)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if ("attn" in name or "mlp" in name) and "norm" not in name:
                 p.zero_()
-    ids, mask = tiny_batch(family)
-    states = architecture(family).residual_states(model, {"input_ids": ids, "attention_mask": mask})
+    ids, mask = tiny_batch(architecture)
+    states = architectures.architecture(architecture).residual_states(
+        model, {"input_ids": ids, "attention_mask": mask}
+    )
     real = mask.bool()
 
     def check(layer, stage, got, want):  # the blocks' outputs are exactly 0: absolute
@@ -373,7 +379,7 @@ def test_rollout_known_answers():
 
 def run_depth(
     tmp_path,
-    family: str,
+    architecture: str,
     head: bool = True,
     mask_token_id: int | None = 4,
     budget_mb: float = 1024.0,
@@ -393,8 +399,8 @@ def run_depth(
     from attnscope.core.store import atomic_h5
     from attnscope.maps.prediction import Prediction, model_logits
 
-    kind = "mlm" if family in ENCODERS else "causal"
-    path, model = write_tiny_store(tmp_path, family, head=kind if head else "base")
+    kind = "mlm" if architecture in ENCODERS else "causal"
+    path, model = write_tiny_store(tmp_path, architecture, head=kind if head else "base")
     weights = canonical_weights(model)
     scopes = ("AttnRes-w", "AttnResLn", stream_scope(weights.layers[0].plan))
     settings = MixingSettings(batch_size=3, ig_steps=0, max_rel_residual=1e-4)
@@ -409,7 +415,7 @@ def run_depth(
     )
     prediction = Prediction(
         head=prediction_head(model),
-        mask_token_id=mask_token_id if family in ENCODERS else None,
+        mask_token_id=mask_token_id if architecture in ENCODERS else None,
         contrast=(7, 9),
         token_of=lambda t: f"t{t}",
         logits=partial(model_logits, model),
@@ -442,12 +448,12 @@ def test_the_pass_through_the_depth_is_bounded_by_depth_rel_residual(tmp_path):
         run_depth(tmp_path / "depth", "llama", bounds={"depth_rel_residual": 1e-30})
 
 
-def test_depth_corpus_tables(tmp_path, family):
+def test_depth_corpus_tables(tmp_path, architecture):
     """propagated.h5, the mixing ratio and bias share, rollout.tsv and prediction.tsv of the
     corpus pass against independent recomputations (numpy, scipy, the model's logits)."""
     from scipy.stats import spearmanr
 
-    path, model, maps, propagated, result = run_depth(tmp_path, family)
+    path, model, maps, propagated, result = run_depth(tmp_path, architecture)
     weights = canonical_weights(model)
     n_layers = weights.n_layers
     with HiddenStates(path) as store:
@@ -490,7 +496,7 @@ def test_depth_corpus_tables(tmp_path, family):
         last = (mask.sum(1) - 2).tolist()
         assert list(totals.index.get_level_values("position")) == last
         assert set(prediction["predicts"]) == {"next"}
-        figure = prediction_figure(prediction, 2, family)
+        figure = prediction_figure(prediction, 2, architecture)
         assert figure.axes[0].get_title().startswith(f"sequence 0, after position {last[0]} (")
         with HiddenStates(path) as store:
             assert [store.input_ids[b, p + 1] for b, p in enumerate(last)] == [3] * N
@@ -583,16 +589,16 @@ def test_a_bad_contrast_stops_the_config_checks_for_a_model_with_a_head(tmp_path
     check_contrast("bare", tmp_path / "bare", {"contrast": [" the", " the"]})
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
-def test_depth_pass_in_chunks_of_one_input_token_gives_the_same_outputs(tmp_path, family):
+@pytest.mark.parametrize("architecture", ["bert", "gpt2", "llama"])
+def test_depth_pass_in_chunks_of_one_input_token_gives_the_same_outputs(tmp_path, architecture):
     """The corpus pass with every input token carried on its own (a budget below one token's
     split) writes the propagated maps and bias norms, the mixing ratio and bias share, the
     rollout comparison and the prediction's attribution (logits split per chunk with the
     factors of the whole state) of the pass carried whole, within 1e-6 relative."""
     (tmp_path / "whole").mkdir()
     (tmp_path / "chunks").mkdir()
-    whole = run_depth(tmp_path / "whole", family)
-    chunks = run_depth(tmp_path / "chunks", family, budget_mb=1e-9)
+    whole = run_depth(tmp_path / "whole", architecture)
+    chunks = run_depth(tmp_path / "chunks", architecture, budget_mb=1e-9)
     for name in whole[3]:
         want, got = whole[3][name][()], chunks[3][name][()]
         assert np.abs(got - want).max() <= 1e-6 * np.abs(want).max(), name

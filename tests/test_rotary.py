@@ -413,8 +413,8 @@ def test_previous_token_margin_per_band():
     assert table["previous"].tolist() == [4.0, -1.0]
 
 
-@pytest.mark.parametrize("family_name", ["llama", "bert"])
-def test_rotary_entry_scripts_write_every_table_and_figure(tmp_path, family_name):
+@pytest.mark.parametrize("architecture", ["llama", "bert"])
+def test_rotary_entry_scripts_write_every_table_and_figure(tmp_path, architecture):
     """position_corpus then position_rotary and the three figures, as the workflow runs them:
     a rotary model gets band tables checked against its logits; a model with learned
     positions gets one-row "not applicable" tables and figures that say so."""
@@ -422,7 +422,7 @@ def test_rotary_entry_scripts_write_every_table_and_figure(tmp_path, family_name
 
     from attnscope.analyses.position.outputs import FAMILY as POSITION
 
-    store, model, manifest = write_tiny_model_run(tmp_path, family_name, batch=4, length=12)
+    store, model, manifest = write_tiny_model_run(tmp_path, architecture, batch=4, length=12)
     out = tmp_path / "position"
     out.mkdir()
     corpus = {name: out / name for name in ("identity_check.tsv", "xcov_sum.tsv", "trt.tsv.gz")}
@@ -445,7 +445,7 @@ def test_rotary_entry_scripts_write_every_table_and_figure(tmp_path, family_name
     run_script("position_rotary", source | {"trt": corpus["trt.tsv.gz"], "layer_kinds": kinds},
                tables, t_max=3, batch_size=3)  # fmt: skip
     read = {name: pd.read_csv(path, sep="\t") for name, path in tables.items()}
-    if family_name == "bert":
+    if architecture == "bert":
         for table in read.values():
             assert table["status"].tolist() == [
                 "not applicable: learned position embeddings (no rotary bands)"

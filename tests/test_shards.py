@@ -51,16 +51,16 @@ def test_samples_of_different_sizes_do_not_merge():
         merged({"seed": 0}, {"seed": 1})
 
 
-def run(analyse, tmp_path, family, name, layers=None, ragged=True):
+def run(analyse, tmp_path, architecture, name, layers=None, ragged=True):
     """(accumulators, maps file) of `analyse` over `layers` of a 5-layer tiny model, on 7
     sequences of ragged lengths up to 16 pieces, or of 16 pieces each (not `ragged`)."""
-    folder = tmp_path / (family if ragged else f"{family}-full")
+    folder = tmp_path / (architecture if ragged else f"{architecture}-full")
     store_path = folder / "hidden_states.h5"
-    model = tiny_model(family, layers=N_LAYERS)
+    model = tiny_model(architecture, layers=N_LAYERS)
     if not store_path.exists():
         folder.mkdir(exist_ok=True)
         encoded = write_tiny_encoded(
-            folder / "encoded.h5", family, batch=7, length=16, ragged=ragged
+            folder / "encoded.h5", architecture, batch=7, length=16, ragged=ragged
         )
         extract(model, encoded, store_path, ExtractSettings(batch_size=3))
     maps_path = folder / f"{name}.h5"
@@ -86,7 +86,7 @@ def weights(store, weights, model, maps, layers):  # writes no maps
 
 def position(store, weights, model, maps, layers):  # writes no maps
     settings = PositionSettings(t_max=3, xcorr_t_max=4, batch_size=3)
-    if weights.rotary:
+    if not weights.learned_positions:
         return position_pass.trt_pass(store, weights, settings, layers=layers)
     return position_pass.corpus_pass(store, weights, settings, layers=layers)
 
@@ -132,14 +132,14 @@ def assert_same_maps(a, b) -> None:
 
 
 @pytest.mark.parametrize("analysis", [norms, mixing, weights, position], ids=lambda f: f.__name__)
-@pytest.mark.parametrize("family", ["bert", "llama"])
+@pytest.mark.parametrize("architecture", ["bert", "llama"])
 @pytest.mark.parametrize("shards", [2, 3])
-def test_gathered_shards_equal_one_job_over_every_layer(tmp_path, analysis, family, shards):
-    whole, whole_maps = run(analysis, tmp_path, family, "whole")
+def test_gathered_shards_equal_one_job_over_every_layer(tmp_path, analysis, architecture, shards):
+    whole, whole_maps = run(analysis, tmp_path, architecture, "whole")
     parts, part_maps = [], []
     for k in range(1, shards + 1):
         layers = shard_layers(N_LAYERS, shards, k)
-        result, maps = run(analysis, tmp_path, family, f"shard{k}", layers)
+        result, maps = run(analysis, tmp_path, architecture, f"shard{k}", layers)
         save_part(tmp_path / f"shard{k}.pkl", result)
         parts.append(tmp_path / f"shard{k}.pkl")
         part_maps.append(maps)

@@ -18,14 +18,14 @@ HEADS = {"bert": "mlm", "roberta": "mlm"}  # the others: causal LMs
 
 
 @pytest.mark.parametrize(
-    "family", ["bert", "roberta", "gpt2", "llama", "gemma2", "mixtral", "gpt_neox", "olmo2"]
+    "architecture", ["bert", "roberta", "gpt2", "llama", "gemma2", "mixtral", "gpt_neox", "olmo2"]
 )
-def test_layerwise_backward_equals_the_whole_model_backward(tmp_path, family):
-    head = HEADS.get(family, "causal")
-    model = tiny_model(family, head=head, layers=3)
+def test_layerwise_backward_equals_the_whole_model_backward(tmp_path, architecture):
+    head = HEADS.get(architecture, "causal")
+    model = tiny_model(architecture, head=head, layers=3)
     folder = tmp_path / "model"
     model.save_pretrained(folder)
-    encoded = write_tiny_encoded(tmp_path / "encoded.h5", family, batch=5, length=16)
+    encoded = write_tiny_encoded(tmp_path / "encoded.h5", architecture, batch=5, length=16)
     extract(model.base_model, encoded, tmp_path / "states.h5", ExtractSettings(batch_size=2))
     masked = head == "mlm"
     mask_id = MASK_ID if masked else None

@@ -46,12 +46,12 @@ def tensors(obj, name: str = "") -> dict[str, torch.Tensor]:
     return found
 
 
-@pytest.mark.parametrize("family", [*CLASSIC, *DECODERS])
-def test_streamed_canonical_weights_equal_the_whole_models(tmp_path, family):
+@pytest.mark.parametrize("architecture", [*CLASSIC, *DECODERS])
+def test_streamed_canonical_weights_equal_the_whole_models(tmp_path, architecture):
     """Every layer's canonical tensors, the frame (norms, positions) and the word-embedding
     rows read by index equal those of the whole loaded model; the outline has every layer's
     shapes and settings with no tensor read."""
-    _, model, manifest = write_tiny_model_run(tmp_path, family)
+    _, model, manifest = write_tiny_model_run(tmp_path, architecture)
     whole = canonical_weights(model)
     loaded = open_model(manifest, loading="layer-streamed")
     streamed = loaded.weights
@@ -114,12 +114,12 @@ def run_analyses(store: Path, model, weights, out: Path) -> dict:
     }
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "gemma2", "mixtral", "gpt_neox"])
-def test_analyses_on_the_streamed_model_equal_the_whole_models(tmp_path, family):
+@pytest.mark.parametrize("architecture", ["bert", "gpt2", "llama", "gemma2", "mixtral", "gpt_neox"])
+def test_analyses_on_the_streamed_model_equal_the_whole_models(tmp_path, architecture):
     """norms, mixing and the weights statistics give the same tables and maps (the module's
     own attention output included in every residual check) on both routes, reading each of 4
     layers once."""
-    store, model, manifest = write_tiny_model_run(tmp_path, family, layers=4)
+    store, model, manifest = write_tiny_model_run(tmp_path, architecture, layers=4)
     whole = open_model(manifest)
     streamed = open_model(manifest, loading="layer-streamed")
     (tmp_path / "whole").mkdir()
@@ -141,14 +141,14 @@ def test_analyses_on_the_streamed_model_equal_the_whole_models(tmp_path, family)
             np.testing.assert_array_equal(got_maps[path], values, err_msg=path)
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "gemma2"])
-def test_js_distances_walked_layer_by_layer_equal_the_batched_ones(tmp_path, family):
+@pytest.mark.parametrize("architecture", ["bert", "gpt2", "llama", "gemma2"])
+def test_js_distances_walked_layer_by_layer_equal_the_batched_ones(tmp_path, architecture):
     """The layer-streamed JS head distances (`LoadedModel.layer_blocks`: every layer's
     attention entries written to a scratch dataset, then summed batch by batch) equal the
     whole model's, which hold one batch of every layer at once and write no scratch file, bit
     for bit, reading each of 4 layers once; batches of 3 over 4 sequences leave a short last
     batch; the scratch folder is removed."""
-    store, _, manifest = write_tiny_model_run(tmp_path, family, layers=4)
+    store, _, manifest = write_tiny_model_run(tmp_path, architecture, layers=4)
     whole = open_model(manifest)
     streamed = open_model(manifest, loading="layer-streamed")
     with HiddenStates(store) as states:
@@ -177,11 +177,11 @@ def datasets(path: Path) -> dict[str, np.ndarray]:
     return found
 
 
-@pytest.mark.parametrize("family", ["bert", "llama"])
-def test_a_layer_handle_runs_its_own_module_layer_whatever_was_read_since(tmp_path, family):
+@pytest.mark.parametrize("architecture", ["bert", "llama"])
+def test_a_layer_handle_runs_its_own_module_layer_whatever_was_read_since(tmp_path, architecture):
     """`ModelLayer(model, weights, 0).attention_output` after layer 1 was read (which unloads
     layer 0's module on the layer-streamed route) equals the whole model's layer-0 output."""
-    store, model, manifest = write_tiny_model_run(tmp_path, family)
+    store, model, manifest = write_tiny_model_run(tmp_path, architecture)
     loaded = open_model(manifest, loading="layer-streamed")
     first = ModelLayer(loaded.module, loaded.weights, 0)
     loaded.weights.layers[1]  # another layer read: layer 0's module goes back to meta
@@ -281,7 +281,7 @@ def test_streamed_analyses_peak_memory_does_not_grow_with_depth(tmp_path):
     assert peaks[16, "whole"] - peaks[4, "whole"] > 10 * layer_mib, peaks
 
 
-def headed_run(tmp_path, family: str, loaded, name: str, batch_size: int = 3):
+def headed_run(tmp_path, architecture: str, loaded, name: str, batch_size: int = 3):
     """(depth_pass result, propagated.h5 datasets, views page of sequence 1) of one route."""
     from attnscope.analyses.mixing.depth_pass import depth_pass
     from attnscope.analyses.mixing.settings import MixingSettings
@@ -294,7 +294,9 @@ def headed_run(tmp_path, family: str, loaded, name: str, batch_size: int = 3):
     store = next(tmp_path.glob("*-hidden_states.h5"))
     prediction = Prediction(
         head=loaded.head,
-        mask_token_id=4 if family in ("bert", "roberta") else None,  # id 4: every row's piece 3
+        mask_token_id=4
+        if architecture in ("bert", "roberta")
+        else None,  # id 4: every row's piece 3
         contrast=(7, 9),
         token_of=str,
         logits=loaded.reference_logits,
@@ -328,14 +330,17 @@ class Tokens:
 
 
 @pytest.mark.parametrize(
-    "family,head", [("bert", "mlm"), ("gpt2", "causal"), ("llama", "causal"), ("gemma2", "causal")]
+    "architecture,head",
+    [("bert", "mlm"), ("gpt2", "causal"), ("llama", "causal"), ("gemma2", "causal")],
 )
-def test_propagation_and_views_on_the_streamed_model_equal_the_whole_models(tmp_path, family, head):
+def test_propagation_and_views_on_the_streamed_model_equal_the_whole_models(
+    tmp_path, architecture, head
+):
     """The decomposition through the whole depth, its rollouts, the prediction's attribution
     (checked against the head on the stored X_L when streamed, the model's forward when
     whole) and the views page agree on both routes; the streamed pass reads every layer once
     per batch and holds the LM head, not the model."""
-    store, model, manifest = write_tiny_model_run(tmp_path, family, layers=3, head=head)
+    store, model, manifest = write_tiny_model_run(tmp_path, architecture, layers=3, head=head)
     whole = open_model(manifest, with_head=True)
     streamed = open_model(manifest, with_head=True, loading="layer-streamed")
     assert whole.head is not None and streamed.head is not None
@@ -350,9 +355,9 @@ def test_propagation_and_views_on_the_streamed_model_equal_the_whole_models(tmp_
             maps,
             MixingSettings(batch_size=3, ig_steps=0, max_rel_residual=1e-4, maps_dtype="float32"),
         )
-    want, want_maps, want_page = headed_run(tmp_path, family, whole, "whole")
+    want, want_maps, want_page = headed_run(tmp_path, architecture, whole, "whole")
     reads = streamed.weights.layers.reads
-    got, got_maps, got_page = headed_run(tmp_path, family, streamed, "streamed")
+    got, got_maps, got_page = headed_run(tmp_path, architecture, streamed, "streamed")
     batches, pages = 2, 1  # 4 sequences in batches of 3; the page walks the depth twice
     assert streamed.weights.layers.reads - reads == 3 * (batches + 2 * pages)
     assert want_maps.keys() == got_maps.keys() and len(want_maps) == 3 + 1  # + bias_norm

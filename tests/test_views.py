@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnscope import architectures
 from attnscope.analyses.views.page import pack, read_page, render_page, unpack
 from attnscope.analyses.views.payload import (
     WHY_KEYS,
@@ -24,7 +25,7 @@ from attnscope.analyses.views.payload import (
     word_units,
 )
 from attnscope.analyses.views.settings import ViewsSettings
-from attnscope.architectures import architecture, canonical_weights, prediction_head
+from attnscope.architectures import canonical_weights, prediction_head
 from attnscope.core.attention import visible_pairs
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
@@ -54,13 +55,13 @@ def minilm_tokenizer():
 MASK_ID, CONTRAST = 4, (7, 9)  # the tiny corpora's id 4 (position 3) stands for [MASK]
 
 
-def build_page(tmp_path, family: str, scopes: bool = True, length: int = 16, head=False):
+def build_page(tmp_path, architecture: str, scopes: bool = True, length: int = 16, head=False):
     """(page, store path, model) of sequence 0 of a tiny random model's store; with `head`,
     the model has its LM head (masked for encoders) and the page a prediction row, with the
     contrast CONTRAST."""
-    kind = ("causal" if family not in ENCODERS else "mlm") if head else "base"
+    kind = ("causal" if architecture not in ENCODERS else "mlm") if head else "base"
     tmp_path.mkdir(parents=True, exist_ok=True)
-    store_path, model = write_tiny_store(tmp_path, family, batch=2, length=length, head=kind)
+    store_path, model = write_tiny_store(tmp_path, architecture, batch=2, length=length, head=kind)
     tokenizer = minilm_tokenizer()
     prediction = Prediction(
         head=prediction_head(model),
@@ -117,10 +118,10 @@ def model_attentions(store_path: Path, model, n: int) -> tuple:
         return model(ids, output_attentions=True, **kwargs).attentions
 
 
-def test_page_arrays_rebuild_weights_norms_and_scopes(tmp_path, family):
+def test_page_arrays_rebuild_weights_norms_and_scopes(tmp_path, architecture):
     """q, k give the model's own attention (transformers' output_attentions); the stored scope
     maps are the top-k entries of each row of the mixing family's maps."""
-    page, store_path, model = build_page(tmp_path, family)
+    page, store_path, model = build_page(tmp_path, architecture)
     weights = canonical_weights(model)
     n, H = page.header["n"], weights.n_heads
     assert page.header["scopes"][0] == "Attn" and len(page.header["scopes"]) == 7
@@ -173,12 +174,12 @@ def test_without_scopes_the_page_keeps_the_head_summed_norms(tmp_path):
 # ---- browser --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("family_name", ["bert", "gpt2", "llama", "gemma2"])
-def test_prediction_row_splits_the_models_own_logits(tmp_path, family_name):
+@pytest.mark.parametrize("architecture", ["bert", "gpt2", "llama", "gemma2"])
+def test_prediction_row_splits_the_models_own_logits(tmp_path, architecture):
     """The page's parts of the prediction plus its bias part are the model's own logit of its
     top token (the masked piece of an MLM; for a causal LM the piece after the text's last,
     before the closing SEP) and of target - foil."""
-    page, store_path, model = build_page(tmp_path, family_name, head=True)
+    page, store_path, model = build_page(tmp_path, architecture, head=True)
     n, found = page.header["n"], page.header["prediction"]
     with HiddenStates(store_path) as store:
         ids = torch.from_numpy(store.input_ids[:1, :n].astype(np.int64))
@@ -187,7 +188,7 @@ def test_prediction_row_splits_the_models_own_logits(tmp_path, family_name):
     with torch.no_grad():
         logits = model(ids, **kwargs).logits[0]
     assert found["positions"] == ([n - 2] if found["kind"] == "next" else [3])
-    assert found["kind"] == ("masked" if family_name in ENCODERS else "next")
+    assert found["kind"] == ("masked" if architecture in ENCODERS else "next")
     position = found["positions"][0]
     real = logits[position]
     spread = float(real.std())
@@ -210,12 +211,12 @@ def test_prediction_row_says_why_it_is_missing(tmp_path):
     assert not any(name.startswith("prediction/") for name in without_head.arrays)
 
 
-@pytest.mark.parametrize("family_name", ["bert", "gpt2", "llama"])
-def test_why_arrays_are_the_top_terms_of_attend(tmp_path, family_name):
+@pytest.mark.parametrize("architecture", ["bert", "gpt2", "llama"])
+def test_why_arrays_are_the_top_terms_of_attend(tmp_path, architecture):
     """Per layer, head and query row: the stored keys are the row's key(s) of largest weight,
     and their pairs are the component pairs with the largest |term| of `attnscope.attend`'s
     split of s_ij, with those terms (float16)."""
-    page, store_path, model = build_page(tmp_path, family_name)
+    page, store_path, model = build_page(tmp_path, architecture)
     weights = canonical_weights(model)
     n, names = page.header["n"], page.header["components"]
     assert names[-1] == "bias" and names[:1] in (["embed"], ["embed.word"])
@@ -225,7 +226,7 @@ def test_why_arrays_are_the_top_terms_of_attend(tmp_path, family_name):
             name: torch.from_numpy(getattr(store, name)[:1, :n].astype(np.int64))
             for name in ("input_ids", "attention_mask", "token_type_ids")
         }
-    inputs = architecture(weights.model_type).model_inputs(model, **arrays)
+    inputs = architectures.architecture(weights.model_type).model_inputs(model, **arrays)
     for layer in range(weights.n_layers):
         keys = page.arrays[f"why/{layer + 1}/key"]
         pairs, values = page.arrays[f"why/{layer + 1}/pair"], page.arrays[f"why/{layer + 1}/value"]
@@ -247,18 +248,18 @@ def test_why_arrays_are_the_top_terms_of_attend(tmp_path, family_name):
                         assert abs(abs(want) - float(biggest[b])) <= 1e-5 * float(biggest[0])
 
 
-def write_page(tmp_path, family: str, length: int = 16):
+def write_page(tmp_path, architecture: str, length: int = 16):
     """(page path, header, store path, model) of a tiny model's sequence 0."""
-    page, store_path, model = build_page(tmp_path, family, length=length)
-    path = tmp_path / f"{family}.html"
-    path.write_text(render_page(page, f"tiny {family}"), encoding="utf-8")
+    page, store_path, model = build_page(tmp_path, architecture, length=length)
+    path = tmp_path / f"{architecture}.html"
+    path.write_text(render_page(page, f"tiny {architecture}"), encoding="utf-8")
     return path, page.header, store_path, model
 
 
-@pytest.mark.parametrize("family_name", ["bert", "gpt2", "gemma2"])
-def test_views_draw_react_and_save_offline(browser, tmp_path, family_name):
+@pytest.mark.parametrize("architecture", ["bert", "gpt2", "gemma2"])
+def test_views_draw_react_and_save_offline(browser, tmp_path, architecture):
     """Gemma-2: layer 1 slides a window of 4 keys and caps its logits; layer 2 sees all."""
-    path, header, store_path, model = write_page(tmp_path, family_name)
+    path, header, store_path, model = write_page(tmp_path, architecture)
     opened = Opened(browser, path)
     page, n, H, L = opened.page, header["n"], header["heads"], header["layers"]
     visible = np.arange(1, n + 1) if header["causal"] else np.full(n, n)  # layer 2
@@ -320,11 +321,11 @@ def test_views_draw_react_and_save_offline(browser, tmp_path, family_name):
         assert (tmp_path / f"{view}.png").stat().st_size > 5000
 
 
-@pytest.mark.parametrize("family_name", ["bert", "llama"])
-def test_clicking_a_key_in_the_neuron_view_shows_why(browser, tmp_path, family_name):
+@pytest.mark.parametrize("architecture", ["bert", "llama"])
+def test_clicking_a_key_in_the_neuron_view_shows_why(browser, tmp_path, architecture):
     """Neuron view, layer 2, head 2, query 5: clicking its key of largest weight lists the
     page's top component pairs of that logit; a key the page has no pairs for says so."""
-    path, header, _, _ = write_page(tmp_path, family_name)
+    path, header, _, _ = write_page(tmp_path, architecture)
     page_data, arrays = read_page(path.read_text(encoding="utf-8"))
     opened = Opened(browser, path)
     page = opened.page
@@ -355,12 +356,12 @@ def test_clicking_a_key_in_the_neuron_view_shows_why(browser, tmp_path, family_n
     opened.close()
 
 
-@pytest.mark.parametrize("family_name", ["bert", "gpt2"])
-def test_prediction_row_in_the_page(browser, tmp_path, family_name):
+@pytest.mark.parametrize("architecture", ["bert", "gpt2"])
+def test_prediction_row_in_the_page(browser, tmp_path, architecture):
     """The row shades every input token the prediction sees by its part, outlines the
     predicted position, and switches to target - foil; the parts shown add up, with the bias
     part, to the logit in the caption."""
-    page_data, _, _ = build_page(tmp_path, family_name, head=True)
+    page_data, _, _ = build_page(tmp_path, architecture, head=True)
     path = tmp_path / "page.html"
     path.write_text(render_page(page_data, "prediction"), encoding="utf-8")
     header, n = page_data.header, page_data.header["n"]
@@ -372,8 +373,8 @@ def test_prediction_row_in_the_page(browser, tmp_path, family_name):
     shown = page.eval_on_selector_all(spans, read)
     # a masked LM's prediction sees every token; a causal LM's those up to the text's last
     # piece, where it predicts (the end-of-text token after it is not seen)
-    seen = n if family_name == "bert" else found["positions"][0] + 1
-    assert family_name == "bert" or seen == n - 1
+    seen = n if architecture == "bert" else found["positions"][0] + 1
+    assert architecture == "bert" or seen == n - 1
     assert [j for j, _, _ in shown] == list(range(seen))
     values = np.array([v for _, v, _ in shown])
     parts = page_data.arrays["prediction/logit"][0]
@@ -402,7 +403,7 @@ def test_prediction_row_in_the_page(browser, tmp_path, family_name):
     assert opened.errors == [] and opened.requests == [opened.url]
     opened.close()
 
-    missing, _, _ = build_page(tmp_path / "base", family_name)
+    missing, _, _ = build_page(tmp_path / "base", architecture)
     path = tmp_path / "missing.html"
     path.write_text(render_page(missing, "no head"), encoding="utf-8")
     opened = Opened(browser, path)

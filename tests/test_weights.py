@@ -89,11 +89,11 @@ def normalise(weights, mask, causal):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
-@pytest.mark.parametrize("family", ["bert", "llama"])
-def test_one_head_at_a_time_equals_the_whole_tensor_bit_for_bit(family, dtype):
+@pytest.mark.parametrize("architecture", ["bert", "llama"])
+def test_one_head_at_a_time_equals_the_whole_tensor_bit_for_bit(architecture, dtype):
     """attention_probs (without autograd) and row_entropy work one head at a time so that no
     second [B, H, n, n] exists; every value equals the whole-tensor formulas exactly."""
-    model = tiny_model(family).to(dtype)
+    model = tiny_model(architecture).to(dtype)
     layer = canonical_weights(model).layers[0]
     mask, _ = ragged([9, 7, 4], 9)
     X = torch.randn(3, 9, model.config.hidden_size, dtype=dtype)
@@ -310,8 +310,8 @@ def naive_head_stats(A, category, causal):
     return out
 
 
-def test_head_table_matches_transformers_attentions(tmp_path, family):
-    store_path, model = write_tiny_store(tmp_path, family, batch=5, length=14)
+def test_head_table_matches_transformers_attentions(tmp_path, architecture):
+    store_path, model = write_tiny_store(tmp_path, architecture, batch=5, length=14)
     weights = canonical_weights(model)
     causal = weights.causal
     with HiddenStates(store_path) as store:
@@ -337,9 +337,9 @@ def test_head_table_matches_transformers_attentions(tmp_path, family):
     assert np.allclose(layers["entropy"], heads.groupby("layer")["entropy"].mean())
 
 
-@pytest.mark.parametrize("family_name", ["bert", "gpt2"])
-def test_store_distances_match_transformers_attentions(tmp_path, family_name):
-    store_path, model = write_tiny_store(tmp_path, family_name, batch=4, length=10)
+@pytest.mark.parametrize("architecture", ["bert", "gpt2"])
+def test_store_distances_match_transformers_attentions(tmp_path, architecture):
+    store_path, model = write_tiny_store(tmp_path, architecture, batch=4, length=10)
     weights = canonical_weights(model)
     with HiddenStates(store_path) as store:
         blocks = by_batch(store, weights.layers, Batches(3), hd.attention_entries)
@@ -509,9 +509,9 @@ def run_script_without_torch(name, inputs, outputs, **params):
     assert done.returncode == 0, done.stderr.decode()[-2000:]
 
 
-@pytest.mark.parametrize("family_name", ["bert", "gpt2"])
-def test_entry_scripts_write_tables_and_figures(tmp_path, family_name):
-    store, model, manifest = write_tiny_model_run(tmp_path, family_name, batch=4, length=12)
+@pytest.mark.parametrize("architecture", ["bert", "gpt2"])
+def test_entry_scripts_write_tables_and_figures(tmp_path, architecture):
+    store, model, manifest = write_tiny_model_run(tmp_path, architecture, batch=4, length=12)
     out = tmp_path / "weights"
     tables = {name: out / f"{name}.tsv" for name in ("heads", "layers", "gradients")}
     tables |= {name: out / f"{name}.tsv" for name in ("distances", "head_map", "linkage")}
@@ -537,7 +537,7 @@ def test_entry_scripts_write_tables_and_figures(tmp_path, family_name):
     head_map = pd.read_csv(tables["head_map"], sep="\t")
     assert list(head_map.columns) == ["layer", "head", "mds_x", "mds_y", "cluster", "behaviour"]
     gradients = pd.read_csv(tables["gradients"], sep="\t")
-    if family_name == "gpt2":  # GPT-2's LM head is its word embeddings (tied): next-token loss
+    if architecture == "gpt2":  # GPT-2's LM head is its word embeddings (tied): next-token loss
         assert set(gradients["status"]) == {"ok"} and (gradients["importance"] >= 0).all()
     else:  # a bare BERT without a masked-LM head
         assert set(gradients["status"]) == {NOT_APPLICABLE} and gradients["importance"].isna().all()

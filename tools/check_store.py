@@ -49,7 +49,7 @@ def main() -> int:
 
 def compare(args) -> int:
     model = load_model(read_manifest(args.manifest)["path"])
-    family = architecture(model.config.model_type)
+    arch = architecture(model.config.model_type)
     final_ln = canonical_weights(model).final_ln
     with HiddenStates(args.store) as store:
         worst_abs = dict.fromkeys(store.states, 0.0)
@@ -63,7 +63,7 @@ def compare(args) -> int:
                 for key in ("input_ids", "attention_mask", "token_type_ids")
             }
             with torch.no_grad():
-                inputs = family.model_inputs(model, **tensors)
+                inputs = arch.model_inputs(model, **tensors)
                 fresh = model(**inputs, output_hidden_states=True).hidden_states
             valid = store.attention_mask[start:stop, :n].astype(bool)
             for l in store.states:  # those a `layers:` subset keeps

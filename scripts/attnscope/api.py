@@ -40,6 +40,7 @@ from attnscope.analyses.weights.statistics import attention_statistics
 from attnscope.architectures import (
     architecture,
 )
+from attnscope.core import applicability
 from attnscope.core.attention import attention_probs, value_vectors, visible_pairs
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates, write_encoded
@@ -493,10 +494,11 @@ def atlas(
     corpus = encode_corpus("repeated_random", [], model.tokenizer, settings)
     with _stored(model, corpus) as store:
         scores = role_scores(store, model.weights, 8, model.device)
-        if model.lm_head == "causal":
+        no_loss = applicability.reason("heads.in_context_loss", model.weights, model.lm_head)
+        if no_loss is None:
             loss = in_context_loss(store, model.head, model.weights.final_ln, 8)
         else:
-            loss = not_applicable("no causal language-model head (next-piece loss)")
+            loss = not_applicable(no_loss)
         repeated = repeated_pattern(store, model.weights, 16, model.tokens)
     with states(model, texts or ["The cat sat on the mat, and the dog lay on the rug."]) as store:
         heads, _ = attention_statistics(store, model.weights, 8, model.device)

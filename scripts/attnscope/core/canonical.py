@@ -285,7 +285,7 @@ class CanonicalLayer:
     """One transformer layer in canonical form (see the module docstring for shapes).
 
     Block order, as the architectures state it (`plan` is its one reading): `pre_ln` False
-    for post-LN (BERT: LN after each residual sum), True for the residual-stream families
+    for post-LN (BERT: LN after each residual sum), True for the residual-stream architectures
     (GPT-2, Llama, ...): X -> + Attn -> + FF, each block reading its own norm of the stream;
     `parallel` (GPT-NeoX, Cohere): X + Attn(ln_attn X) + FF(ln_ff X).
     `ln_attn`, `ln_ff`: the norm before each block in pre-LN (None: the block reads the stream
@@ -425,9 +425,15 @@ class CanonicalModel:
         return self.outline[0].causal
 
     @property
-    def rotary(self) -> bool:
-        """Whether positions enter through rotary embeddings (no learned position rows)."""
-        return self.position_embeddings is None
+    def learned_positions(self) -> bool:
+        """Whether positions enter as learned rows added to the embeddings (BERT, GPT-2)."""
+        return self.position_embeddings is not None
+
+    @property
+    def any_rotary(self) -> bool:
+        """Whether some layer turns its queries and keys by rotary embeddings (read from the
+        outline: no layer is loaded)."""
+        return any(layer.rotary is not None for layer in self.outline)
 
     def position_rows(self, input_ids: torch.Tensor) -> torch.Tensor:
         """The learned position embedding each piece of one sequence reads, as the module

@@ -166,8 +166,8 @@ def model_depths(config: dict) -> dict[str, int | None]:
         if model_config is None:
             depths[name] = None
             continue
-        family = architecture(model_config.get("model_type"), f"model {name!r}")
-        depths[name] = family.dimensions(model_config)[0]
+        arch = architecture(model_config.get("model_type"), f"model {name!r}")
+        depths[name] = arch.dimensions(model_config)[0]
     return depths
 
 

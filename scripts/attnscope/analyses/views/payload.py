@@ -145,7 +145,7 @@ def sequence_page(
             "softcap": [layer.softcap for layer in weights.outline],
             "sliding_window": [layer.sliding_window for layer in weights.outline],
             "kv_heads": weights.outline[0].n_kv_heads,
-            "rotary": weights.rotary,
+            "rotary": weights.any_rotary,  # q and k rotated by position (the viewer says so)
             "architecture": weights.architecture,
             "model_type": weights.model_type,
             "tokens": piece_labels(tokenizer, ids),

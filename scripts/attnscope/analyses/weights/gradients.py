@@ -39,6 +39,7 @@ import torch
 from attnscope.analyses.weights.settings import GradientSettings
 from attnscope.analyses.weights.statistics import counted_rows
 from attnscope.architectures import architecture, unembedding_input
+from attnscope.core.applicability import GRADIENTS
 from attnscope.core.attention import (
     attention_output,
     attention_probs,
@@ -58,7 +59,7 @@ from attnscope.core.tokens import CATEGORY_NAMES, CLS, OTHER, PUNCT, SEP
 
 CATEGORIES = {CATEGORY_NAMES[c]: c for c in (CLS, SEP, PUNCT, OTHER)}  # table order
 STATUS_OK = "ok"
-NOT_APPLICABLE = "not applicable: no LM head"
+NOT_APPLICABLE = GRADIENTS  # the status of a model without an LM head
 
 
 def choose_masked(
@@ -117,8 +118,8 @@ def attention_gradients(
     input_ids (masked), labels (original ids), chosen (masked pieces): [B, n].
     Returns two lists of n_layers tensors [B, H, n, n] (detached).
     """
-    family = architecture(model.config.model_type)
-    inputs = family.model_inputs(model, input_ids, attention_mask, token_type_ids)
+    arch = architecture(model.config.model_type)
+    inputs = arch.model_inputs(model, input_ids, attention_mask, token_type_ids)
     with _embedding_leaf(model), torch.enable_grad():
         with unembedding_input(model, lambda x: x[:, :1]) as seen:
             out = model(**inputs, output_attentions=True)
