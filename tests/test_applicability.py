@@ -14,7 +14,7 @@ from conftest import CLASSIC, tiny_model
 
 ROOT = Path(__file__).parents[1]
 POSITIONS = ("position.corpus", "position.embeddings", "position.angles", "attend.trt_terms")
-HEADS = ("heads.in_context_loss", "norms.intervention", "weights.gradients")
+HEADS = ("heads.in_context_loss", "norms.intervention", "weights.gradients", "mixing.prediction")
 
 
 @pytest.mark.parametrize("architecture", [*CLASSIC, "llama", "gemma2", "mixtral", "gpt_neox"])
@@ -53,11 +53,14 @@ def test_a_layer_without_rotation_does_not_make_the_model_rotary():
 )
 def test_the_head_kind_decides_the_head_analyses(lm_head, loss, gradients):
     """The in-context loss and the massive-dimension intervention need a causal LM head; the
-    gradient importance any LM head; none of them reads the weights."""
+    gradient importance and the mixing family's prediction attribution any LM head; none of
+    them reads the weights."""
     assert applies("heads.in_context_loss", None, lm_head) is loss
     assert applies("norms.intervention", None, lm_head) is loss
     assert applies("weights.gradients", None, lm_head) is gradients
-    assert [reason(name, None, lm_head) is None for name in HEADS] == [loss, loss, gradients]
+    assert applies("mixing.prediction", None, lm_head) is gradients
+    expected = [loss, loss, gradients, gradients]
+    assert [reason(name, None, lm_head) is None for name in HEADS] == expected
 
 
 def test_the_reasons_are_the_tables_own():
@@ -73,6 +76,7 @@ def test_the_reasons_are_the_tables_own():
         "heads.in_context_loss": "no causal language-model head (next-piece loss)",
         "norms.intervention": "no causal LM head",
         "weights.gradients": "no LM head",
+        "mixing.prediction": "no LM head",
     }
     from attnscope.analyses.weights.gradients import NOT_APPLICABLE
 
@@ -101,7 +105,9 @@ def written_reasons(path: Path) -> list[str]:
 
 
 def test_no_script_decides_itself_why_an_analysis_does_not_apply(tmp_path):
-    scripts = sorted((ROOT / "scripts").glob("*.py"))
+    """Neither an entry script nor a module of the package writes a literal reason of its own
+    (a reason built from the data, an f-string, is not a literal)."""
+    scripts = sorted((ROOT / "scripts").rglob("*.py"))
     assert [line for path in scripts for line in written_reasons(path)] == []
     bad = tmp_path / "bad.py"
     bad.write_text(
@@ -113,7 +119,7 @@ def test_no_script_decides_itself_why_an_analysis_does_not_apply(tmp_path):
 
 
 def test_every_reason_is_asked_for():
-    """Each analysis of the table is asked about by a script or the notebook API."""
-    sources = [*(ROOT / "scripts").glob("*.py"), ROOT / "scripts" / "attnscope" / "api.py"]
+    """Each analysis of the table is asked about by a script, the package or the notebook API."""
+    sources = [path for path in (ROOT / "scripts").rglob("*.py") if path.name != "applicability.py"]
     text = "\n".join(path.read_text() for path in sources)
     assert [name for name in REASONS if f'"{name}"' not in text] == []

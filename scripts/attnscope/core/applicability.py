@@ -27,6 +27,7 @@ REASONS = {
     "heads.in_context_loss": "no causal language-model head (next-piece loss)",
     "norms.intervention": "no causal LM head",
     "weights.gradients": "no LM head",
+    "mixing.prediction": "no LM head",
 }
 GRADIENTS = f"not applicable: {REASONS['weights.gradients']}"  # the gradient table's status
 
@@ -46,6 +47,7 @@ def applies(analysis: str, weights: CanonicalModel | None, lm_head: str | None =
         "heads.in_context_loss": lambda: lm_head == "causal",
         "norms.intervention": lambda: lm_head == "causal",
         "weights.gradients": lambda: lm_head is not None,
+        "mixing.prediction": lambda: lm_head is not None,
     }
     return needs[analysis]()
 

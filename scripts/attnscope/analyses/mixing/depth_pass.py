@@ -21,6 +21,7 @@ import torch
 from attnscope.analyses.mixing.rollout import RolloutRSA, rollout_step
 from attnscope.analyses.mixing.settings import MixingSettings
 from attnscope.analyses.mixing.statistics import MixingRatios, mixing_ratio_of
+from attnscope.core import applicability
 from attnscope.core.attention import visible_pairs
 from attnscope.core.checks import ResidualLog
 from attnscope.core.store import HiddenStates
@@ -147,8 +148,8 @@ class _LayerOutputs:
 
 def prediction_table(prediction: Prediction, frames: list[pd.DataFrame]) -> pd.DataFrame:
     """prediction.tsv, or a one-row not-applicable table saying why there is none."""
-    if prediction.head is None:
-        return not_applicable("no LM head")
+    if prediction.head is None:  # the reason of `core.applicability`, as every table's
+        return not_applicable(applicability.REASONS["mixing.prediction"])
     if not frames:
         what = "[MASK]" if prediction.mask_token_id is not None else "text piece"
         return not_applicable(f"no {what} in the corpus to predict")
