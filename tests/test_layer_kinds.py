@@ -286,3 +286,49 @@ def test_a_shared_axis_heatmap_marks_the_global_layers():
     figure = plots.relative_position(heads=heads, title="t")
     labels = {t.get_text(): t.get_color() for t in figure.axes[0].get_yticklabels()}
     assert [text for text, colour in labels.items() if colour != ".15"] == ["2", "4"]
+
+
+def test_the_sink_card_marks_gemma3s_global_layers():
+    """Gemma-3 270M (every sixth of 18 layers global): the sink card's two per-layer panels,
+    Gu's Sink^eps bars and Kobayashi's shares, draw a dotted line at layers 6, 12 and 18;
+    a model of one kind gets none."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from attnscope.analyses.norms.plots import sink_card
+
+    kinds = kinds_of(
+        ["global" if layer % 6 == 0 else "sliding" for layer in range(1, 19)],
+        [None if layer % 6 == 0 else 512 for layer in range(1, 19)],
+        [1e6 if layer % 6 == 0 else 1e4 for layer in range(1, 19)],
+    )
+    layers = [*range(1, 19), "all"]
+    epsilon = pd.DataFrame(
+        {"layer": layers, "sink_share": 0.5, "sink_share_control": 0.0}
+        | {"sink_share_anchored": 0.4, "epsilon": 0.3, "positions": 64}
+    )
+    stream = pd.DataFrame(
+        {"layer": [1, 1, 18, 18], "position_from": [0, 1, 0, 1], "position_to": [1, 2, 1, 2]}
+        | {"alpha_first": [0.9, 0.5, 0.8, 0.4]}
+    )
+    kobayashi = pd.DataFrame({"layer": layers, "alpha_first": 0.5, "norm_share": 0.3})
+
+    def dotted(kinds_table):
+        fig = sink_card(
+            with_layer_kinds(epsilon, kinds_table),
+            stream,
+            with_layer_kinds(kobayashi, kinds_table),
+            "t",
+        )
+        bars, _, shares = fig.axes[:3]
+        found = [
+            [line.get_xdata()[0] for line in ax.get_lines() if line.get_linestyle() == ":"]
+            for ax in (bars, shares)
+        ]
+        plt.close(fig)
+        return found
+
+    assert dotted(kinds) == [[6, 12, 18], [6, 12, 18]]
+    assert dotted(kinds.assign(attention="global", window=pd.NA)) == [[], []]

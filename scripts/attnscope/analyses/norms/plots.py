@@ -168,7 +168,8 @@ def sink_card(
     control (one piece everywhere, no BOS) and on the BOS-anchored input (Gu et al. 2024);
     the first position's weight along the stream by query position, one line per layer
     (Xiao et al. 2023); its share of alpha against its share of the norms (Kobayashi). eps
-    and the positions read are read from the table."""
+    and the positions read are read from the table; a dotted line marks each global layer
+    of a model with sliding ones too (the tables' kind columns, `core.layer_kinds`)."""
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(16, 4.4))
     per_layer = sink_epsilon[sink_epsilon["layer"].astype(str) != "all"]
     overall = sink_epsilon[sink_epsilon["layer"].astype(str) == "all"].iloc[0]
@@ -182,7 +183,7 @@ def sink_card(
     for offset, (column, label) in zip((-width, 0, width), bars, strict=True):
         left.bar(layers + offset, per_layer[column], width, label=label)
     left.set(xlabel="layer", ylabel="Sink^eps (heads x sequences)", ylim=(0, 1.05))
-    layer_ticks(left, layers)
+    layer_ticks(left, layers, kinds=per_layer)
     left.legend(fontsize="small")
     eps, positions = overall["epsilon"], int(overall["positions"])
     left.set_title(
@@ -209,7 +210,7 @@ def sink_card(
     right.plot(kob_layers, kob["alpha_first"], marker="o", label="share of alpha")
     right.plot(kob_layers, kob["norm_share"], marker="s", label="share of ||alpha f(x)||")
     right.set(xlabel="layer", ylabel="first position's share (mean over heads)", ylim=(0, 1.05))
-    layer_ticks(right, kob_layers)
+    layer_ticks(right, kob_layers, kinds=kob)
     right.legend(fontsize="small")
     right.set_title(
         f"all layers: alpha {total['alpha_first']:.2f}, ||alpha f(x)|| {total['norm_share']:.2f}"
