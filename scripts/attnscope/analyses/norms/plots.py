@@ -171,6 +171,16 @@ def sink_card(
     and the positions read are read from the table; a dotted line marks each global layer
     of a model with sliding ones too (the tables' kind columns, `core.layer_kinds`)."""
     fig, (left, middle, right) = plt.subplots(1, 3, figsize=(16, 4.4))
+    _sink_share_bars(left, sink_epsilon)
+    _first_weight_along_the_stream(fig, middle, sink_stream)
+    _first_position_shares(right, sink_kobayashi)
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig
+
+
+def _sink_share_bars(ax, sink_epsilon: pd.DataFrame) -> None:
+    """Sink^eps per layer on the corpus, Gu's control and the BOS-anchored input."""
     per_layer = sink_epsilon[sink_epsilon["layer"].astype(str) != "all"]
     overall = sink_epsilon[sink_epsilon["layer"].astype(str) == "all"].iloc[0]
     layers = per_layer["layer"].astype(int).to_numpy()
@@ -181,40 +191,45 @@ def sink_card(
         ("sink_share_anchored", "one piece, BOS kept"),
     )
     for offset, (column, label) in zip((-width, 0, width), bars, strict=True):
-        left.bar(layers + offset, per_layer[column], width, label=label)
-    left.set(xlabel="layer", ylabel="Sink^eps (heads x sequences)", ylim=(0, 1.05))
-    layer_ticks(left, layers, kinds=per_layer)
-    left.legend(fontsize="small")
+        ax.bar(layers + offset, per_layer[column], width, label=label)
+    ax.set(xlabel="layer", ylabel="Sink^eps (heads x sequences)", ylim=(0, 1.05))
+    layer_ticks(ax, layers, kinds=per_layer)
+    ax.legend(fontsize="small")
     eps, positions = overall["epsilon"], int(overall["positions"])
-    left.set_title(
+    ax.set_title(
         f"Sink^{eps:g}, first {positions} pieces: {overall['sink_share']:.2f} "
         f"(control {overall['sink_share_control']:.2f})"
     )
+
+
+def _first_weight_along_the_stream(fig, ax, sink_stream: pd.DataFrame) -> None:
+    """The first position's weight by query-position bin, one line per layer (Xiao)."""
     stream_layers = sorted(sink_stream["layer"].unique())
     shade = plt.Normalize(min(stream_layers), max(stream_layers))
     for layer in stream_layers:  # each line the colour of its layer on the colour bar
         rows = sink_stream[sink_stream["layer"] == layer]
         centre = (rows["position_from"] + rows["position_to"]) / 2
         colour = plt.cm.viridis(shade(layer))
-        middle.plot(centre.clip(lower=0.5), rows["alpha_first"], marker=".", color=colour)
-    middle.set(xscale="log", xlabel="query position i (bin centre)", ylim=(0, 1.05))
-    middle.set(ylabel="alpha on the first position (mean over heads)")
+        ax.plot(centre.clip(lower=0.5), rows["alpha_first"], marker=".", color=colour)
+    ax.set(xscale="log", xlabel="query position i (bin centre)", ylim=(0, 1.05))
+    ax.set(ylabel="alpha on the first position (mean over heads)")
     colourbar = plt.cm.ScalarMappable(cmap="viridis", norm=shade)
-    fig.colorbar(colourbar, ax=middle, label="layer").ax.yaxis.set_major_locator(
+    fig.colorbar(colourbar, ax=ax, label="layer").ax.yaxis.set_major_locator(
         MaxNLocator(integer=True)
     )
-    middle.set_title("along the stream")
+    ax.set_title("along the stream")
+
+
+def _first_position_shares(ax, sink_kobayashi: pd.DataFrame) -> None:
+    """The first position's share of alpha against its share of the norms (Kobayashi)."""
     kob = sink_kobayashi[sink_kobayashi["layer"].astype(str) != "all"]
     total = sink_kobayashi[sink_kobayashi["layer"].astype(str) == "all"].iloc[0]
     kob_layers = kob["layer"].astype(int)
-    right.plot(kob_layers, kob["alpha_first"], marker="o", label="share of alpha")
-    right.plot(kob_layers, kob["norm_share"], marker="s", label="share of ||alpha f(x)||")
-    right.set(xlabel="layer", ylabel="first position's share (mean over heads)", ylim=(0, 1.05))
-    layer_ticks(right, kob_layers, kinds=kob)
-    right.legend(fontsize="small")
-    right.set_title(
+    ax.plot(kob_layers, kob["alpha_first"], marker="o", label="share of alpha")
+    ax.plot(kob_layers, kob["norm_share"], marker="s", label="share of ||alpha f(x)||")
+    ax.set(xlabel="layer", ylabel="first position's share (mean over heads)", ylim=(0, 1.05))
+    layer_ticks(ax, kob_layers, kinds=kob)
+    ax.legend(fontsize="small")
+    ax.set_title(
         f"all layers: alpha {total['alpha_first']:.2f}, ||alpha f(x)|| {total['norm_share']:.2f}"
     )
-    fig.suptitle(title)
-    fig.tight_layout()
-    return fig
