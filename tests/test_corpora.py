@@ -634,3 +634,22 @@ def test_repeated_random_refuses_a_tokenizer_with_too_few_pieces(bpe):
     settings = {"length": n + 1, "n_sequences": 1, "max_length": 2 * n + 8}
     with pytest.raises(ValueError, match=f"length {n + 1} needs {n + 1} distinct ordinary"):
         encode_corpus("repeated_random", [], bpe, settings)
+
+
+def test_the_ordinary_piece_count_is_read_again_only_when_the_tokenizer_changes(tmp_path):
+    """The configuration check's count (`ordinary_count`) is `ordinary_ids`' own, kept in a
+    cache file; a tokenizer saved again (files of another size or time) is counted anew,
+    and a damaged cache is rebuilt rather than trusted."""
+    from attnscope.data.corpora.repeated_random import ordinary_count, ordinary_ids
+    from conftest import train_bpe_tokenizer
+
+    folder, cache = tmp_path / "model", tmp_path / "cache" / "ordinary_pieces.json"
+    tokenizer = train_bpe_tokenizer(folder, vocab_size=400)
+    assert ordinary_count(folder, cache) == len(ordinary_ids(tokenizer))
+    key, count = next(iter(json.loads(cache.read_text()).items()))
+    cache.write_text(json.dumps({key: count + 1000}))  # read from the cache, not recounted
+    assert ordinary_count(folder, cache) == count + 1000
+    bigger = train_bpe_tokenizer(folder, vocab_size=500)
+    assert ordinary_count(folder, cache) == len(ordinary_ids(bigger)) > count
+    cache.write_text("{not json")
+    assert ordinary_count(folder, cache) == len(ordinary_ids(bigger))

@@ -57,3 +57,54 @@ def test_no_data_only_package_is_imported_when_its_code_needs_what_was_skipped()
             if "extra ==" not in line
         }
         assert requires <= set(data_only), f"{name} is imported and needs {requires}"
+
+
+def test_pips_settings_become_uvs_flags():
+    """`tools/install.py` hands uv what pip would read: each index, find-links folder and
+    constraints file once (pip's values are white-space separated lists), the certificate as
+    SSL_CERT_FILE; other settings are left to pip."""
+    from install import uv_options
+
+    listed = (
+        ":env:.find-links='/opt/wheels'\n"
+        ":env:.default-timeout='180'\n"
+        "global.cert='/etc/ssl/certs/ca.crt'\n"
+        "global.constraint='/etc/pip/constraints.txt'\n"
+        "global.extra-index-url='file:///opt/a/simple file:///opt/b/simple'\n"
+        "global.find-links='/opt/wheels'\n"
+        "user.index-url='https://mirror.example/simple'\n"
+    )
+    flags, env = uv_options(listed)
+    assert flags == [
+        "--find-links", "/opt/wheels",
+        "--constraint", "/etc/pip/constraints.txt",
+        "--extra-index-url", "file:///opt/a/simple",
+        "--extra-index-url", "file:///opt/b/simple",
+        "--index-url", "https://mirror.example/simple",
+    ]  # fmt: skip
+    assert env == {"SSL_CERT_FILE": "/etc/ssl/certs/ca.crt"}
+    assert uv_options("") == ([], {})
+
+
+def test_the_installer_uses_uv_and_falls_back_to_pip(tmp_path):
+    """A pin installed into a fresh venv by uv (which the venv's pip installs first), and by
+    pip when uv cannot be installed, saying so."""
+    import subprocess
+    import venv
+
+    (tmp_path / "requirements.txt").write_text("six==1.17.0\n")
+    for name, extra in (("with_uv", []), ("with_pip", ["--uv", "uv==0.0.0.dev0"])):
+        folder = tmp_path / name
+        venv.create(folder, with_pip=True)
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "tools" / "install.py"), str(folder)]
+            + [str(tmp_path / "requirements.txt"), *extra],
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        version = [str(folder / "bin" / "python"), "-c", "import six; print(six.__version__)"]
+        assert subprocess.run(version, capture_output=True, text=True).stdout.strip() == "1.17.0"
+        assert (folder / "bin" / "uv").exists() == (name == "with_uv")
+        took_over = "pip could not install uv==0.0.0.dev0; installing" in done.stderr
+        assert took_over == (name == "with_pip")

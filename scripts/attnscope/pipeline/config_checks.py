@@ -268,11 +268,9 @@ def check_repeated_model(config: dict, model: str, folder, limit: int) -> None:
             )
         if folder is None:
             continue
-        from transformers import AutoTokenizer
+        from attnscope.data.corpora.repeated_random import ordinary_count
 
-        from attnscope.data.corpora.repeated_random import ordinary_ids
-
-        found = len(ordinary_ids(AutoTokenizer.from_pretrained(folder)))
+        found = ordinary_count(folder)
         if found < length:
             raise ConfigError(
                 f"config: corpora.{corpus}.length is {length}, but the tokenizer of model "

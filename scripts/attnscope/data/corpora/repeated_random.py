@@ -16,14 +16,18 @@ piece: 1 + length). Pieces are words of their own (word_ids 0..2 length - 1).
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import numpy as np
 
 from attnscope.data.corpora.layout import Pieces, Sequence
 
 CONTROL_NAME = re.compile(r"^(\[[^\]]+\]|<[^>]+>)$")
+ORDINARY_COUNTS = Path(".snakemake/attnscope/ordinary_pieces.json")
 
 
 def ordinary_ids(tokenizer) -> np.ndarray:
@@ -35,6 +39,35 @@ def ordinary_ids(tokenizer) -> np.ndarray:
         if int(token_id) not in excluded and not CONTROL_NAME.match(piece)
     ]
     return np.array(sorted(set(ids)), dtype=np.int64)
+
+
+def ordinary_count(folder: Path, cache: Path = ORDINARY_COUNTS) -> int:
+    """How many ordinary pieces the tokenizer in `folder` has (`ordinary_ids`), kept in
+    `cache` (JSON, relative to the working folder) under the folder and the size and
+    modification time of each of its files: the configuration check before every run loads
+    a tokenizer (and `transformers`, seconds) only when its files changed."""
+    folder = Path(folder).resolve()
+    key = json.dumps(
+        [str(folder), *((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in _files(folder))]
+    )
+    try:
+        counts = json.loads(cache.read_text())
+    except (OSError, ValueError):
+        counts = {}
+    if key not in counts:
+        from transformers import AutoTokenizer
+
+        counts[key] = len(ordinary_ids(AutoTokenizer.from_pretrained(folder)))
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        scratch = cache.with_suffix(f".{os.getpid()}.tmp")
+        scratch.write_text(json.dumps(counts))
+        scratch.replace(cache)  # whole or not at all, whichever run writes last
+    return counts[key]
+
+
+def _files(folder: Path) -> list[Path]:
+    """The files of a model folder, sorted (a tokenizer may read any of them)."""
+    return sorted(f for f in folder.iterdir() if f.is_file())
 
 
 def read(files: list[str], pieces: Pieces, settings: dict) -> Iterator[Sequence]:
