@@ -60,9 +60,9 @@ def test_no_data_only_package_is_imported_when_its_code_needs_what_was_skipped()
 
 
 def test_pips_settings_become_uvs_flags():
-    """`tools/install.py` hands uv what pip would read: each index, find-links folder and
-    constraints file once (pip's values are white-space separated lists), the certificate as
-    SSL_CERT_FILE; other settings are left to pip."""
+    """`tools/install.py` hands uv the sources pip's configuration names: each index,
+    find-links folder and constraints file of every scope once (pip's values are white-space
+    separated lists), the certificate as SSL_CERT_FILE; other settings are left to pip."""
     from install import uv_options
 
     listed = (

@@ -26,13 +26,14 @@ UV_FLAGS = {
     "find-links": "--find-links",
     "constraint": "--constraint",
 }
-SETTING = re.compile(r"^(?P<scope>[^.]*)\.(?P<key>[a-z-]+)='(?P<value>.*)'$")
+SETTING = re.compile(r"^[^.]*\.(?P<key>[a-z-]+)='(?P<value>.*)'$")  # scope.key='value'
 
 
 def uv_options(pip_config: str) -> tuple[list[str], dict[str, str]]:
     """uv's flags and environment for the settings in `pip config list`'s output (lines
-    `scope.key='value'`): every index, find-links folder and constraints file once, in order;
-    a `cert` as SSL_CERT_FILE."""
+    `scope.key='value'`): every index, find-links folder and constraints file of every scope
+    once, in order (where scopes disagree, uv sees them all, pip the highest one's); a `cert`
+    as SSL_CERT_FILE."""
     flags, env, seen = [], {}, set()
     for line in pip_config.splitlines():
         match = SETTING.match(line.strip())

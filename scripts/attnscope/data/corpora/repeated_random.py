@@ -17,13 +17,13 @@ piece: 1 + length). Pieces are words of their own (word_ids 0..2 length - 1).
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 
+from attnscope.core.files import atomic_path
 from attnscope.data.corpora.layout import Pieces, Sequence
 
 CONTROL_NAME = re.compile(r"^(\[[^\]]+\]|<[^>]+>)$")
@@ -58,10 +58,8 @@ def ordinary_count(folder: Path, cache: Path = ORDINARY_COUNTS) -> int:
         from transformers import AutoTokenizer
 
         counts[key] = len(ordinary_ids(AutoTokenizer.from_pretrained(folder)))
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        scratch = cache.with_suffix(f".{os.getpid()}.tmp")
-        scratch.write_text(json.dumps(counts))
-        scratch.replace(cache)  # whole or not at all, whichever run writes last
+        with atomic_path(cache) as partial:  # whole or not at all, whichever run writes last
+            partial.write_text(json.dumps(counts))
     return counts[key]
 
 
