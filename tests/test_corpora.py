@@ -18,8 +18,9 @@ import yaml
 from attnscope.core.files import sha256_of
 from attnscope.core.store import read_meta, write_encoded
 from attnscope.core.tokens import CLS, PAD, SEP, piece_labels, special_ids
-from attnscope.data.corpora import KINDS, encode_corpus
+from attnscope.data.corpora import DEFAULTS, KINDS, encode_corpus
 from attnscope.data.corpora.ewt import split_quotas
+from attnscope.data.corpora.layout import Pieces
 
 ROOT = Path(__file__).parents[1]
 MIRROR = Path(os.environ.get("ATTNSCOPE_MIRROR", "/work/shared/data"))
@@ -200,14 +201,16 @@ def test_ewt_gold_trees(minilm):
 
 def test_ewt_limit_takes_both_splits(minilm):
     """A small n_sequences gives the probes test sequences too: half from dev (the odd one
-    from dev), half from test, each within max_length, dev first; 0 still takes all."""
+    from dev), half from test, each within max_length, dev first in reading order; 0 still
+    takes all."""
     assert split_quotas(5, 2) == [3, 2] and split_quotas(4, 2) == [2, 2]
     assert split_quotas(0, 2) == [None, None]
     for n, max_length in ((5, 128), (4, 40)):
         corpus = encode_corpus(
             "ewt", data("ewt"), minilm, {"n_sequences": n, "max_length": max_length}
         )
-        splits = [meta["split"] for meta in corpus.meta]
+        in_reading_order = sorted(corpus.meta, key=lambda meta: meta["read_order"])
+        splits = [meta["split"] for meta in in_reading_order]
         assert splits == ["dev"] * ((n + 1) // 2) + ["test"] * (n // 2), (n, max_length)
 
 
@@ -261,6 +264,27 @@ def test_gap_mentions(minilm):
         assert meta["b_coref"] == (row["B-coref"] == "TRUE")
     long = encode_corpus("gap", files, minilm, {"n_sequences": 10, "max_length": 64})
     assert long.dropped > 0 and long.attention_mask.sum(axis=1).max() <= 64
+
+
+@pytest.mark.parametrize("kind", ["ewt", "gap"])
+def test_sentence_corpora_are_stored_longest_first_and_keep_their_reading_order(minilm, kind):
+    """ewt and gap store the sequences they read longest first; "read_order" puts them back in
+    the order of an unsorted read, rows and metas moved together; wiki keeps reading order."""
+    corpus = encode_corpus(kind, data(kind), minilm, {"n_sequences": 40})
+    lengths = corpus.attention_mask.sum(axis=1)
+    assert (np.diff(lengths) <= 0).all() and lengths[0] > lengths[-1]
+    order = [meta["read_order"] for meta in corpus.meta]
+    assert sorted(order) == list(range(40)) and order != list(range(40))
+    for i, meta in enumerate(corpus.meta):  # a row's words are its meta's
+        assert corpus.word_ids[i].max() + 1 == len(meta["words"])
+    settings = {**DEFAULTS, "n_sequences": 40}
+    candidates = KINDS[kind].read([str(p) for p in data(kind)], Pieces(minilm), settings)
+    read = [seq.meta for seq in candidates if len(seq.ids) <= 128][:40]
+    assert [corpus.meta[order.index(k)] for k in range(40)] == [
+        {**meta, "read_order": k} for k, meta in enumerate(read)
+    ]
+    wiki = encode_corpus("wiki", data("wiki"), minilm, {"n_sequences": 8})
+    assert all("read_order" not in meta for meta in wiki.meta)
 
 
 def test_masking(minilm):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import h5py
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -471,6 +472,48 @@ def test_probe_tables_and_figures_from_a_tiny_run(tmp_path):
     assert "results/m/gap/probing/coref_heads.tsv" in targets
     assert not any("gap/probing/syntax" in t or "ewt/probing/coref" in t for t in targets)
     assert FAMILY.corpora(settings) == ["ewt", "gap"]
+
+
+def _features_in_order(path, sequences, order, n_layers=2, heads=3, d=4):
+    """A features file and metas of `sequences` (n_words, split, seed) stored in `order`, each
+    meta keeping its place in `sequences` as "read_order"; random maps and embeddings."""
+    from attnscope.analyses.probing.features import FeatureWriter
+
+    metas, rows = [], [sequences[k] for k in order]
+    n_words = np.array([w for w, _, _ in rows])
+    with h5py.File(path, "w") as f:
+        writer = FeatureWriter(f, n_words, n_layers, d)
+        for s, (k, (w, split, seed)) in enumerate(zip(order, rows, strict=True)):
+            rng = np.random.default_rng(seed)
+            for layer in range(1, n_layers + 1):
+                maps = torch.from_numpy(rng.random((1, heads, w + 1, w + 1)))
+                writer.add_maps("weights", layer, list(range(heads)), maps, s, s + 1)
+            words = torch.from_numpy(rng.normal(size=(1, w + 1, d)).astype(np.float32))
+            writer.add_embeddings(words[:, :w], torch.eye(w)[None], s, s + 1)
+            heads_of = [-1] + [int(h) for h in rng.integers(0, w, size=w - 1)]
+            heads_of = [h if h != i else -1 for i, h in enumerate(heads_of)]
+            upos = ["PUNCT" if i == 1 else "NOUN" for i in range(w)]
+            words_of = [f"w{i}" for i in range(w)]
+            meta = {"words": words_of, "heads": heads_of, "upos": upos, "split": split}
+            metas.append({**meta, "read_order": k})
+    return metas
+
+
+def test_the_probes_do_not_depend_on_the_order_of_the_store(tmp_path):
+    """The same sentences stored in reading order and longest first (as EWT is stored) give
+    the same probe and learning-curve tables: the probe reads each split in reading order."""
+    from attnscope.analyses.probing.probe import ProbeTraining, probe_tables
+
+    sequences = [(3 + k % 5, "dev" if k < 8 else "test", k) for k in range(12)]
+    longest_first = sorted(range(12), key=lambda k: -sequences[k][0])
+    assert longest_first != list(range(12))
+    training = ProbeTraining(seed=0, epochs=3, learning_rate=0.05, fractions=(0.5,))
+    tables = []
+    for name, order in (("read", list(range(12))), ("sorted", longest_first)):
+        metas = _features_in_order(tmp_path / f"{name}.h5", sequences, order)
+        tables.append(probe_tables(str(tmp_path / f"{name}.h5"), metas, ["weights"], training))
+    for read, stored in zip(*tables, strict=True):
+        pd.testing.assert_frame_equal(read, stored)
 
 
 def test_probe_without_a_test_split_says_so(tmp_path):

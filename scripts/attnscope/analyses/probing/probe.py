@@ -210,10 +210,13 @@ def right_branching(test: list[Sequence]) -> tuple[float, int]:
 
 
 def load_split(features_path: str, source: str, metas: list[dict], split: str) -> list[Sequence]:
-    """The sequences of one EWT split ('dev' or 'test') with one source's maps."""
+    """The sequences of one EWT split ('dev' or 'test') with one source's maps, in reading
+    order (a store keeps EWT longest first: `data.corpora.layout.longest_first`), so that the
+    training subsets and batches do not depend on how the store orders them."""
     from attnscope.analyses.probing.features import read_sequences
 
-    indices = np.array([i for i, m in enumerate(metas) if m.get("split") == split])
+    in_split = [i for i, m in enumerate(metas) if m.get("split") == split]
+    indices = np.array(sorted(in_split, key=lambda i: metas[i].get("read_order", i)))
     if not len(indices):
         raise ValueError(f"no sequences of split {split!r} (the ewt meta names no such split)")
     out = []
@@ -260,31 +263,34 @@ def _train_all(features_path, metas, sources, training: ProbeTraining, log):
         for fraction in training.fractions:
             size = max(1, round(fraction * len(train)))
             subsets[fraction] = np.sort(rng.permutation(len(train))[:size])
-        test_batches: dict[str, list] = {}  # padded once per feature kind
-        for probe in PROBES:
-            if probe == "dist+emb" and s_i > 0:
-                continue  # needs no maps: trained once, reported under source "none"
-            kind = feature_kind(probe)
-            if kind not in test_batches:
-                test_batches.clear()  # one kind's padded test set in memory at a time
-                test_batches[kind] = batches(test, kind)
-            for fraction, subset in sorted(subsets.items()):
-                train_batches = batches([train[i] for i in subset], kind)
-                uas, n = train_and_score(
-                    probe,
-                    train_batches,
-                    test_batches[kind],
-                    seed=training.seed,
-                    epochs=training.epochs,
-                    learning_rate=training.learning_rate,
-                )
+        # dist+emb needs no maps: trained once, reported under source "none"
+        probes = [p for p in PROBES if s_i == 0 or p != "dist+emb"]
+        found = {}  # (probe, fraction) -> (uas, words scored)
+        for kind in dict.fromkeys(feature_kind(p) for p in probes):
+            test_batches = batches(test, kind)  # one kind's padded test set in memory at a time
+            for fraction, subset in subsets.items():
+                train_batches = batches([train[i] for i in subset], kind)  # for its probes
+                for probe in (p for p in probes if feature_kind(p) == kind):
+                    found[probe, fraction] = train_and_score(
+                        probe,
+                        train_batches,
+                        test_batches,
+                        seed=training.seed,
+                        epochs=training.epochs,
+                        learning_rate=training.learning_rate,
+                    )
+                    if log:
+                        uas = found[probe, fraction][0]
+                        log.info("%s %s %.2f of train: UAS %.4f", source, probe, fraction, uas)
                 del train_batches  # freed before the next subset's batches are built
-                name = "none" if probe == "dist+emb" else source
+            del test_batches
+        for probe in probes:
+            name = "none" if probe == "dist+emb" else source
+            for fraction, subset in sorted(subsets.items()):
+                uas, n = found[probe, fraction]
                 curve.append((name, probe, fraction, len(subset), uas, n))
                 if fraction == 1.0:
                     rows.append((name, probe, uas, n, len(subset), "ok"))
-                if log:
-                    log.info("%s %s %.2f of train: UAS %.4f", name, probe, fraction, uas)
         if s_i == 0:
             uas, n = right_branching(test)
             rows.append(("none", "right-branching", uas, n, 0, "ok"))

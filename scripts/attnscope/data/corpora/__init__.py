@@ -15,6 +15,10 @@ The data are text: a word that spells a special token of the tokenizer (WikiText
 Gemma's tokenizer) is split into ordinary pieces; only the texts kind keeps typed specials whole.
 
 `dropped` counts the sequences left out for length before n_sequences were collected.
+The kinds of independent sentences (ewt, gap) store the n_sequences they read longest first,
+each meta keeping its place in reading order as "read_order" (`layout.longest_first`), so
+that a batch of consecutive sequences is little padding; the others keep reading order
+(wiki's first sequences are the data's first windows).
 With mask_rate > 0, round(mask_rate * n) of the n non-special pieces of each sequence are
 replaced by the mask token (numpy default_rng(mask_seed), sequences in order); each sequence's
 meta then holds "masked" (positions) and "masked_ids" (the original ids, e.g. MLM labels).
@@ -69,6 +73,7 @@ class CorpusKind:
     own_setting: str | None = None  # the setting the user must give (clark: path; texts: texts)
     own_setting_is_file: bool = False  # that setting names a file the corpus is built from
     module: str | None = None  # the reader's module when not named like the kind (an alias)
+    longest_first: bool = False  # independent sentences: stored longest first (`layout`)
 
     def read(self, files: list[str], pieces: Pieces, settings: dict) -> Iterator[Sequence]:
         """Candidate sequences from `files` (the data files) and `settings` (defaults filled)."""
@@ -106,6 +111,7 @@ KINDS = {
                 "ud-english-ewt-r2.16/en_ewt-ud-dev.conllu",
                 "ud-english-ewt-r2.16/en_ewt-ud-test.conllu",
             ),
+            longest_first=True,
         ),
         CorpusKind(
             "gap",
@@ -114,6 +120,7 @@ KINDS = {
                 "gap-coreference/gap-test.tsv",
                 "gap-coreference/gap-validation.tsv",
             ),
+            longest_first=True,
         ),
         CorpusKind("clark", own_setting="path", own_setting_is_file=True),
         CorpusKind("texts", own_setting="texts"),
@@ -124,7 +131,7 @@ KINDS = {
 
 def encode_corpus(kind: str, data_files: list[str], tokenizer, settings: dict) -> EncodedCorpus:
     """Build the corpus `kind` from `data_files` (clark: settings["path"]) for `tokenizer`."""
-    from attnscope.data.corpora.layout import Pieces, assemble, unknown_share
+    from attnscope.data.corpora.layout import Pieces, assemble, longest_first, unknown_share
 
     settings = {**DEFAULTS, **settings}
     if kind not in KINDS:
@@ -167,4 +174,5 @@ def encode_corpus(kind: str, data_files: list[str], tokenizer, settings: dict) -
             len(sequences),
             settings["n_sequences"],
         )
-    return assemble(sequences, tokenizer, settings, kind, inputs, dropped)
+    corpus = assemble(sequences, tokenizer, settings, kind, inputs, dropped)
+    return longest_first(corpus) if KINDS[kind].longest_first else corpus

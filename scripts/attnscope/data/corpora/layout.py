@@ -3,11 +3,11 @@ START seg SEP [seg SEP], padding into [N, L] arrays, segment ids, masking, unkno
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from attnscope.core.store import EncodedCorpus
+from attnscope.core.store import TOKEN_ARRAYS, EncodedCorpus
 from attnscope.core.tokens import categorize, special_ids
 
 
@@ -141,3 +141,15 @@ def mask_pieces(input_ids, attention_mask, meta, tokenizer, rate: float, seed: i
         meta[i]["masked"] = chosen.tolist()
         meta[i]["masked_ids"] = input_ids[i, chosen].tolist()
         input_ids[i, chosen] = tokenizer.mask_token_id
+
+
+def longest_first(corpus: EncodedCorpus) -> EncodedCorpus:
+    """The corpus with its sequences ordered by real length, longest first (equal lengths in
+    reading order), each meta holding its place in reading order as "read_order": every batch
+    of consecutive sequences then holds sequences of about one length, so that little of it
+    is padding (UD EWT at batch 16: 2.1 times the real pieces in reading order, 1.01 here),
+    and the longest batch runs first (a memory limit shows at once)."""
+    order = np.argsort(-corpus.attention_mask.sum(axis=1), kind="stable")
+    arrays = {name: getattr(corpus, name)[order] for name in TOKEN_ARRAYS}
+    meta = [{**corpus.meta[i], "read_order": int(i)} for i in order]
+    return replace(corpus, **arrays, meta=meta)
