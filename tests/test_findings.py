@@ -42,6 +42,9 @@ def test_the_lines_state_what_the_tables_hold(tmp_path):
         "value": [-250.0, 1200.0, 130.0, 400.0, -410.0],
         "kind": ["massive"] * 3 + ["ordinary"] * 2,
     })  # fmt: skip
+    write(tmp_path, "wiki", "norms", "massive_activations", {
+        "layer": [0, 1, 2, 3], "n_sequences": 32, "first_max": [23.4, 2983.8, 9000.0, 7000.0],
+    })  # fmt: skip
     write(tmp_path, "wiki", "norms", "massive_intervention", {
         "variant": ["unmodified", "zeroed", "mean"], "state": 3, "dims": "7", "n_entries": 1,
         "n_sequences": 32, "n_predictions": 10, "loss": [3.0, 16.0, 3.01],
@@ -62,12 +65,16 @@ def test_the_lines_state_what_the_tables_hold(tmp_path):
     assert lines[1].endswith("L1 0.10, L2 0.90") and lines[2].endswith("L1 0.05, L2 0.20")
     assert "delimiters): 2 (state 4, up to 130), 7 (states 3–4, up to 1,200); kept" in lines[3]
     assert lines[3].endswith("recur on ordinary tokens: 5 (states 1–2, up to 410)")
-    assert lines[4].startswith("with dims 7 set at state 3 (first position and delimiters)")
-    assert "over 32 sequences: unmodified 3.000 (perplexity 20.1), zeroed 16.000" in lines[4]
-    assert "zeroed 16.000 (perplexity 8.9e+06)" in lines[4]
-    assert lines[4].endswith("set to their mean per position kind 3.010 (perplexity 20.3)")
-    assert lines[5].endswith("band 1 (0.70), band 0 (0.30)")
-    assert len(lines) == 6  # no mixing table: no mixing line
+    assert lines[4] == (
+        "largest |x| at the first position, mean over 32 sequences: 23.4 at the embeddings, "
+        "2,984 after layer 1, 9,000 at its peak (state 2), 7,000 at the last state (3)"
+    )
+    assert lines[5].startswith("with dims 7 set at state 3 (first position and delimiters)")
+    assert "over 32 sequences: unmodified 3.000 (perplexity 20.1), zeroed 16.000" in lines[5]
+    assert "zeroed 16.000 (perplexity 8.9e+06)" in lines[5]
+    assert lines[5].endswith("set to their mean per position kind 3.010 (perplexity 20.3)")
+    assert lines[6].endswith("band 1 (0.70), band 0 (0.30)")
+    assert len(lines) == 7  # no mixing table: no mixing line
 
 
 def test_local_and_global_layers_are_reported_apart(tmp_path):

@@ -20,7 +20,12 @@ from attnscope.analyses.norms.settings import NormsSettings
 from attnscope.analyses.norms.sinks import SinkStatistics
 from attnscope.analyses.norms.statistics import NormsAccumulator, spearman
 from attnscope.architectures import base_model, canonical_weights
-from attnscope.core.attention import attention_output, attention_probs, value_vectors
+from attnscope.core.attention import (
+    attention_output,
+    attention_probs,
+    head_outputs,
+    value_vectors,
+)
 from attnscope.core.checks import CheckError, NonFiniteError, ResidualLog
 from attnscope.core.checks import residual as residual_of
 from attnscope.core.store import HiddenStates, atomic_h5
@@ -280,14 +285,14 @@ def test_bottom_k_sample_memory_does_not_grow_with_the_stream():
 
 
 def one_layer_batch(alpha, fx_norm_per_key, category):
-    """fx [1, H, n, d] whose rows have the given norms (scaled basis vectors)."""
+    """||f(x_j)|| [1, H, n] of the given norms per key."""
     H, n = alpha.shape[1], alpha.shape[2]
-    fx = torch.zeros(1, H, n, n)
-    fx[0, :, torch.arange(n), torch.arange(n)] = fx_norm_per_key
+    fx_norm = torch.zeros(1, H, n)
+    fx_norm[0] = torch.as_tensor(fx_norm_per_key, dtype=torch.float32)
     return dict(
         x=torch.ones(1, n, 4),
         alpha=alpha,
-        fx=fx,
+        fx_norm=fx_norm,
         mask=torch.ones(1, n),
         category=np.array([category]),
         causal=False,
@@ -348,7 +353,8 @@ def test_decomposition_check_covers_every_batch(tmp_path):
             per_batch = []
             for batch in store.batches(l, 2, "cpu"):
                 alpha = attention_probs(batch.X, batch.mask, layer)
-                y = attention_output(alpha, value_vectors(batch.X, layer), layer)
+                z = head_outputs(alpha, value_vectors(batch.X, layer))  # as the pass sums them
+                y = z.sum(1) + layer.b_O
                 y_real = module_output(model, l, batch.X, batch.mask)
                 per_batch.append(residual_of(y, y_real, batch.mask))
             assert len(per_batch) == 3
@@ -642,7 +648,8 @@ def test_sink_shares_known_answers():
     fx[0, :, 0, 0], fx[0, :, 1, 1], fx[0, :, 2, 2], fx[0, :, 3, 3] = 3, 4, 4, 4
     mask = torch.ones(1, n)
     sinks = SinkStatistics(n_layers=1, n_heads=2)
-    sinks.add_batch(0, alpha, fx, mask, rows=mask.bool())
+    z = torch.einsum("bhij,bhjd->bhid", alpha, fx)  # each head's output
+    sinks.add_batch(0, alpha, fx.norm(dim=-1), z, mask, rows=mask.bool())
     table = sinks.table().set_index("head")
     np.testing.assert_allclose(table.loc[1, ["alpha_first", "norm_share", "output_ratio"]], 1)
     np.testing.assert_allclose(

@@ -6,7 +6,8 @@ Prints Markdown bullets (the README's "What the default run finds" is this outpu
 default run): the attention-sink card (Gu et al.'s Sink^eps with their control and the
 BOS-anchored input, the first position's weight and norm share by depth, by layer kind and
 past a 512-piece window on wiki1024, Sun et al.'s massive dimensions apart from outliers on
-ordinary tokens, and the intervention's losses and perplexities), the most positional rotary
+ordinary tokens, the first position's largest |x| along the stream, and the intervention's
+losses and perplexities), the most positional rotary
 bands of each layer kind, the mixing ratio by depth and, from the attend family, the
 components that make the heads look at the first position and at the previous token, and
 from the heads family the induction, previous-token and duplicate-token heads on the repeated
@@ -79,6 +80,23 @@ def massive_line(massive: pd.DataFrame) -> str:
     return line
 
 
+def size(value: float) -> str:
+    """|x| readable at any size: 0.92, 39.5, 2,984."""
+    return f"{value:,.0f}" if value >= 100 else f"{value:.3g}"
+
+
+def rise_line(activations: pd.DataFrame) -> str:
+    """The first position's largest |x| along the stream (`massive_activations.tsv`): at the
+    embeddings, after the first layer, at its peak and at the last state (those stored)."""
+    first = activations.set_index("layer")["first_max"]
+    peak, last = int(first.idxmax()), int(first.index.max())
+    at = {0: "at the embeddings", 1: "after layer 1", peak: f"at its peak (state {peak})"}
+    at.setdefault(last, f"at the last state ({last})")
+    parts = [f"{size(first[state])} {where}" for state, where in at.items() if state in first]
+    n = activations["n_sequences"].iloc[0]
+    return f"largest |x| at the first position, mean over {n} sequences: " + ", ".join(parts)
+
+
 def sink_lines(results: Path, model: str) -> list[str]:
     lines = []
     epsilon = table(results, model, "norms", "sink_epsilon")
@@ -132,6 +150,9 @@ def sink_lines(results: Path, model: str) -> list[str]:
         lines.append(massive_line(massive))
     elif massive is not None:
         lines.append("massive activations (Sun et al.): none")
+    activations = table(results, model, "norms", "massive_activations")
+    if activations is not None and len(activations) > 1:
+        lines.append(rise_line(activations))
     intervention = table(results, model, "norms", "massive_intervention")
     if intervention is not None and "loss" in intervention and len(intervention):
         rows = intervention.set_index("variant")

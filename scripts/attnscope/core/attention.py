@@ -117,6 +117,11 @@ def value_vectors(X: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
     return torch.einsum("bhne,hed->bhnd", v, layer.W_O)
 
 
+def head_outputs(alpha: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
+    """z^h_i = sum_j alpha^h_ij f^h(x_j), each head's output (no b_O).  [B, H, n, d]"""
+    return torch.einsum("bhij,bhjd->bhid", alpha, fx)
+
+
 def attention_output(alpha: torch.Tensor, fx: torch.Tensor, layer: CanonicalLayer):
     """y_i = sum_h sum_j alpha^h_ij f^h(x_j) + b_O, the attention block's output.  [B, n, d]"""
     return torch.einsum("bhij,bhjd->bid", alpha, fx) + layer.b_O

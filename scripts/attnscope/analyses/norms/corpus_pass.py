@@ -3,7 +3,7 @@
 Per layer and batch: alpha and f(x) recomputed from the stored layer input, the statistics
 fed to `NormsAccumulator` (the sink statistics with the layer's counted rows, the massive
 activations with the stored state itself), the head-summed map written to `maps/{l}`, and
-the first batch of every layer checked against the attention module's real output. The last
+every batch checked against the attention module's real output. The last
 state `hidden/{L}`, which no layer reads, is read once more at the end for the massive
 activations alone.
 """
@@ -21,8 +21,8 @@ from attnscope.analyses.norms.sinks import sink_rows
 from attnscope.analyses.norms.statistics import NormsAccumulator
 from attnscope.core.attention import (
     attention_input,
-    attention_output,
     attention_probs,
+    head_outputs,
     value_vectors,
     visible_pairs,
 )
@@ -74,12 +74,15 @@ def corpus_pass(
             with torch.no_grad():
                 alpha = attention_probs(batch.X, batch.mask, layer)
                 fx = value_vectors(batch.X, layer)
-                y = attention_output(alpha, fx, layer)
+                fx_norm, z = fx.norm(dim=-1), head_outputs(alpha, fx)  # [B, H, n], [B, H, n, d]
+                y = z.sum(1) + layer.b_O  # the attention block's output (`attention_output`)
                 y_real = handle.attention_output(batch.X, batch.mask)
                 residuals.add(l + 1, "Attn", y, y_real, batch.mask)
                 x = attention_input(batch.X, layer)
-                acc.add_batch(l, x, alpha, fx, batch.mask, batch.category, layer.causal)
-                acc.sinks.add_batch(l, alpha, fx, batch.mask, sink_rows(batch.mask, layer))
+                acc.add_batch(l, x, alpha, fx_norm, batch.mask, batch.category, layer.causal)
+                rows = sink_rows(batch.mask, layer)
+                acc.sinks.add_batch(l, alpha, fx_norm, z, batch.mask, rows)
+                del z
                 acc.massive.add_batch(l, batch.X, batch.mask)
                 pairs = visible_pairs(batch.mask, layer.causal)
                 norm_map = head_summed_norms(alpha, fx, settings.memory_budget_mb) * pairs

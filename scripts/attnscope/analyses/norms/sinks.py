@@ -44,15 +44,17 @@ def sink_rows(mask: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
     return rows
 
 
-def first_position_terms(alpha: torch.Tensor, fx: torch.Tensor) -> dict[str, torch.Tensor]:
+def first_position_terms(
+    alpha: torch.Tensor, fx_norm: torch.Tensor, z: torch.Tensor
+) -> dict[str, torch.Tensor]:
     """alpha_first, norm_share and output_ratio of every query row.  Each [B, H, n]
 
-    alpha [B, H, n, n] (query i, key j), fx [B, H, n, d] (f^h(x_j)).
+    alpha [B, H, n, n] (query i, key j), fx_norm [B, H, n] (||f^h(x_j)||), z [B, H, n, d]
+    (each head's output, `core.attention.head_outputs`).
     """
-    fx_norm = fx.norm(dim=-1)  # [B, H, n]
     first = alpha[..., 0] * fx_norm[..., :1]  # ||alpha_i0 f(x_0)||, alpha >= 0
     norms_sum = torch.einsum("bhij,bhj->bhi", alpha, fx_norm)
-    output = torch.einsum("bhij,bhjd->bhid", alpha, fx).norm(dim=-1)
+    output = z.norm(dim=-1)
     tiny = torch.finfo(alpha.dtype).tiny  # 0 / 0 (a head moving nothing) reads 0
     return {
         "alpha_first": alpha[..., 0],
@@ -72,13 +74,12 @@ class SinkStatistics:
         self.fx_first = Moments(shape)
         self.fx_other = Moments(shape)
 
-    def add_batch(
-        self, layer: int, alpha: torch.Tensor, fx: torch.Tensor, mask: torch.Tensor, rows
-    ) -> None:
-        """alpha [B, H, n, n], fx [B, H, n, d], mask [B, n], rows [B, n] (`sink_rows`)."""
-        for name, values in first_position_terms(alpha, fx).items():
+    def add_batch(self, layer: int, alpha, fx_norm, z, mask: torch.Tensor, rows) -> None:
+        """alpha [B, H, n, n], fx_norm [B, H, n] (||f^h(x_j)||), z [B, H, n, d] (each head's
+        output, `core.attention.head_outputs`), mask [B, n], rows [B, n] (`sink_rows`)."""
+        for name, values in first_position_terms(alpha, fx_norm, z).items():
             self.rows[name].add(layer, values.transpose(0, 1)[:, rows])
-        fx_norm = fx.norm(dim=-1).transpose(0, 1)  # [H, B, n]
+        fx_norm = fx_norm.transpose(0, 1)  # [H, B, n]
         real = mask.bool()
         self.fx_first.add(layer, fx_norm[:, real[:, 0], 0])
         self.fx_other.add(layer, fx_norm[:, :, 1:][:, real[:, 1:]])

@@ -81,17 +81,16 @@ class NormsAccumulator:
         layer: int,
         x: torch.Tensor,
         alpha: torch.Tensor,
-        fx: torch.Tensor,
+        fx_norm: torch.Tensor,
         mask: torch.Tensor,
         category: np.ndarray,
         causal: bool,
     ) -> None:
-        """x [B, n, d] (attention input), alpha [B, H, n, n], fx [B, H, n, d], mask [B, n],
-        category [B, n] (codes of attnscope.core.tokens)."""
+        """x [B, n, d] (attention input), alpha [B, H, n, n], fx_norm [B, H, n] (||f^h(x_j)||),
+        mask [B, n], category [B, n] (codes of attnscope.core.tokens)."""
         real = mask.bool()
         cat = torch.from_numpy(np.asarray(category)).to(alpha.device)
         x_norm = x.norm(dim=-1)  # [B, n]
-        fx_norm = fx.norm(dim=-1)  # [B, H, n]
         self.x.add(layer, x_norm[real])
         self.fx.add(layer, fx_norm.permute(1, 0, 2)[:, real])
         is_sep = (cat == SEP) & real
