@@ -280,8 +280,9 @@ def _train_all(features_path, metas, sources, training: ProbeTraining, log):
                         learning_rate=training.learning_rate,
                     )
                     if log:
+                        name = "none" if probe == "dist+emb" else source
                         uas = found[probe, fraction][0]
-                        log.info("%s %s %.2f of train: UAS %.4f", source, probe, fraction, uas)
+                        log.info("%s %s %.2f of train: UAS %.4f", name, probe, fraction, uas)
                 del train_batches  # freed before the next subset's batches are built
             del test_batches
         for probe in probes:
