@@ -233,7 +233,7 @@ def report_targets():
     return ["results/software/versions.tsv", config_record()]
 
 
-# Figures: one rule per declared figure (rules/figures.smk).
+# Figures: one rule per group of figures (`FigureGroup`, rules/figures.smk).
 
 FIGURE_SUBCATEGORIES = {
     "corpus": "{model} / {corpus}",
@@ -255,28 +255,62 @@ def figure_tables(family, figure):
     }
 
 
-def figure_log(family, figure):
-    """The log of a figure job, in the logs folder of its scope."""
+def group_tables(family, group):
+    """{table stem: path pattern} of every table a group's figures read."""
+    return {
+        stem: path
+        for figure in group.figures
+        for stem, path in figure_tables(family, figure).items()
+    }
+
+
+def group_figures(family, group):
+    """{<figure>_svg, <figure>_png: path pattern} of a group's figures, each SVG a report
+    entry."""
+    out = {}
+    for figure in group.figures:
+        svg, png = figure_paths(family, figure)
+        out[f"{figure.name}_svg"] = report(
+            svg,
+            caption=f"../report/{family.name}/{figure.name}.rst",
+            category=family.title,
+            subcategory=FIGURE_SUBCATEGORIES[figure.scope],
+        )
+        out[f"{figure.name}_png"] = png
+    return out
+
+
+def figure_log(family, group):
+    """The log of a figure group's job, in the logs folder of its scope."""
     logs = {
         "corpus": "results/{model}/{corpus}/logs",
         "model": "results/{model}/logs",
         "all": "results/logs",
     }
-    return f"{logs[figure.scope]}/figure_{family.name}_{figure.name}.log"
+    return f"{logs[group.scope]}/{group.name}.log"
 
 
-def figure_settings(family, figure):
-    """Params function: the figure's settings from its family's config block, and its title
-    (model / corpus, model, or all models)."""
+def group_settings(family, group):
+    """Params function: {figure: (its table stems, its settings)} for each figure of a
+    group; the settings come from its family's config block, with its title (model /
+    corpus, model, or all models)."""
 
     def settings(wildcards):
-        chosen = {key: config["analyses"][family.name][key] for key in figure.settings}
-        if figure.scope == "all":
-            return chosen | {"models": MODELS, "title": "all models"}
-        place = [wildcards.model] + (
-            [wildcards.corpus] if figure.scope == "corpus" else []
-        )
-        return chosen | {"title": " / ".join(place)}
+        if group.scope == "all":
+            place = {"models": MODELS, "title": "all models"}
+        else:
+            shown = [wildcards.model] + (
+                [wildcards.corpus] if group.scope == "corpus" else []
+            )
+            place = {"title": " / ".join(shown)}
+        own = config["analyses"][family.name]
+        return {
+            figure.name: {
+                "tables": [file.split(".")[0] for file in figure.tables],
+                "settings": {key: own[key] for key in figure.settings} | place,
+            }
+            for figure in group.figures
+        }
 
     return settings
 

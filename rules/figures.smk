@@ -1,26 +1,20 @@
-# Figures, drawn from tables only: one rule per declared figure, named
-# <family>_figure_<figure> (norms_figure_alpha_fx_scatter), made from the declarations in
-# analyses/<family>/outputs.py. Each draws with the function of the same name in
-# analyses/<family>/plots.py; its report caption is report/<family>/<figure>.rst.
+# Figures, drawn from tables only: one rule per group of declared figures that every run
+# wants together (`FigureGroup`, analyses/family.py), named <family>_figures[_<part>...]
+# (norms_figures: the corpus figures of norms). Each figure is drawn by the function of the
+# same name in analyses/<family>/plots.py; its report caption is report/<family>/<figure>.rst.
 
 for family in FAMILIES.values():
-    for figure in family.figures:
+    for group in family.figure_groups():
 
         rule:
             name:
-                f"{family.name}_figure_{figure.name}"
+                group.name
             input:
-                **figure_tables(family, figure),
+                **group_tables(family, group),
             output:
-                svg=report(
-                    figure_paths(family, figure)[0],
-                    caption=f"../report/{family.name}/{figure.name}.rst",
-                    category=family.title,
-                    subcategory=FIGURE_SUBCATEGORIES[figure.scope],
-                ),
-                png=figure_paths(family, figure)[1],
+                **group_figures(family, group),
             log:
-                figure_log(family, figure),
+                figure_log(family, group),
             conda:
                 "../envs/plots.yaml"
             resources:
@@ -28,7 +22,6 @@ for family in FAMILIES.values():
                 mem_mb=2000,
             params:
                 family=family.name,
-                figure=figure.name,
-                settings=figure_settings(family, figure),
+                figures=group_settings(family, group),
             script:
-                "../scripts/draw_figure.py"
+                "../scripts/draw_figures.py"

@@ -367,10 +367,9 @@ PLAIN_PARAMS = {
     "acquire_data.py": {"relpath": "the data file's path under the mirror"},
     "acquire_model.py": {"spec": "the model's source block (models:), not an analysis's"},
     "config_snapshot.py": {"config": "the whole configuration, recorded"},
-    "draw_figure.py": {
-        "family": "the figure's family",
-        "figure": "the figure's name",
-        "settings": "its family's figure settings and title, passed whole to the drawing",
+    "draw_figures.py": {
+        "family": "the figures' family",
+        "figures": "each figure's table stems, and its settings and title passed whole",
     },
     "encode_corpus.py": {"settings": "the corpus block (corpora:), not an analysis's"},
     "heads_overview.py": {"models": "the model names the overview page lists"},

@@ -109,7 +109,7 @@ def test_a_family_rule_without_a_memory_declaration_is_refused():
     declared = families()
     rules = {job: name for name, family in declared.items() for job in family.jobs}
     rules |= {rule: name for name, family in declared.items() for rule in family.localrules()}
-    rules |= {"extract_hidden_states": "extract", "weights_figure_entropy": "figures"}
+    rules |= {"extract_hidden_states": "extract", "weights_figures": "figures"}
     check_declared_jobs(declared, rules)
     with pytest.raises(UndeclaredJobError, match=r"rules/norms\.smk: rule\(s\) norms_new have"):
         check_declared_jobs(declared, rules | {"norms_new": "norms"})

@@ -461,13 +461,14 @@ def test_rotary_entry_scripts_write_every_table_and_figure(tmp_path, architectur
     for figure in POSITION.figures:
         if not figure.name.startswith("rotary"):
             continue
-        drawn = {s: out / "figures" / f"{figure.name}.{s}" for s in ("svg", "png")}
+        drawn = {
+            f"{figure.name}_{s}": out / "figures" / f"{figure.name}.{s}" for s in ("svg", "png")
+        }
         inputs = {file.split(".")[0]: out / file for file in figure.tables}
-        settings = {"title": "tiny"}
-        run_script(
-            "draw_figure", inputs, drawn, family="position", figure=figure.name, settings=settings
-        )
-        assert drawn["png"].stat().st_size > 1000
+        stems = [file.split(".")[0] for file in figure.tables]
+        figures = {figure.name: {"tables": stems, "settings": {"title": "tiny"}}}
+        run_script("draw_figures", inputs, drawn, family="position", figures=figures)
+        assert drawn[f"{figure.name}_png"].stat().st_size > 1000
 
 
 def test_band_forms_hold_the_whole_form():

@@ -494,11 +494,12 @@ def scheduled_rules(result) -> set[str]:
 
 
 def figure_outputs(dry_run_output: str) -> list[str]:
-    """The output files of the figure jobs (`<family>_figure_<name>`) a dry run lists."""
+    """The output files of the figure jobs (`<family>_figures...`) a dry run lists."""
+    groups = {group.name for family in FAMILIES.values() for group in family.figure_groups()}
     outputs = []
     for job in dry_run_output.split("\nrule ")[1:]:
         rule, _, body = job.partition(":\n")
-        if "_figure_" not in rule:
+        if rule not in groups:
             continue
         line = next(line for line in body.splitlines() if line.strip().startswith("output:"))
         outputs += line.split("output:", 1)[1].strip().split(", ")
@@ -515,9 +516,13 @@ def tables_alone(workdir: Path, config: dict) -> tuple[str, ...]:
 
 
 def figure_rules(family: str, names: str = "") -> list[str]:
-    """The rule names of some (default: all) of a family's figures: one rule per figure."""
-    chosen = names.split() or [figure.name for figure in FAMILIES[family].figures]
-    return [f"{family}_figure_{name}" for name in chosen]
+    """The rules of the figure groups that draw some (default: all) of a family's figures."""
+    chosen = set(names.split() or [figure.name for figure in FAMILIES[family].figures])
+    return [
+        group.name
+        for group in FAMILIES[family].figure_groups()
+        if chosen & {figure.name for figure in group.figures}
+    ]
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,9 @@ checks, its local rules), and the registry that finds them.
 
 A family's `analyses/<family>/outputs.py` defines `FAMILY = Family(...)`; `families()` finds
 every one (the registry). From that one declaration follow the rule outputs (rules ask
-`table()` for a declared path), the figure rules (`<family>_figure_<figure>`, drawn by the
-function `<figure>` of `analyses/<family>/plots.py`), the report entries (caption
+`table()` for a declared path), the figure rules (`<family>_figures`: one job draws every
+figure of a scope, each by the function `<figure>` of `analyses/<family>/plots.py`;
+`FigureGroup`), the report entries (caption
 `report/<family>/<figure>.rst`), the targets of `rule all` and of `snakemake <family>`, the
 Snakefile's local rules, the memory estimate (`jobs`: every job of `rules/<family>.smk`), the
 configuration checks, and the checks that the docs list every output and family
@@ -68,7 +69,7 @@ class ModelFacts:
 @dataclass(frozen=True)
 class Figure:
     """One figure, drawn by the function `name` of the family's plots module from its tables,
-    in the rule `<family>_figure_<name>` (rules/figures.smk).
+    in the rule of its `FigureGroup` (rules/figures.smk).
 
     tables    table file names of the figure's scope folder, passed by stem as keyword
               arguments (an `all` figure reads its tables from the `model` scope, one per model)
@@ -79,6 +80,23 @@ class Figure:
     scope: str
     tables: tuple[str, ...]
     settings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class FigureGroup:
+    """The figures one job draws (rules/figures.smk): a family's figures of one scope that
+    are made for the same corpora (`Family.corpus_roles`) and need the same layers
+    (`Family.every_layer`), so that every run wanting one wants them all. One job per group
+    pays the start of Python, pandas and matplotlib once rather than once per figure.
+
+    name     the rule: `<family>_figures`, then `_<scope>` for a model or all-model scope,
+             `_<role>` for a corpus role (probing's `syntax`), `_every_layer` for figures
+             drawn from tables that need every layer (norms_figures_every_layer)
+    """
+
+    name: str
+    scope: str
+    figures: tuple[Figure, ...]
 
 
 @dataclass(frozen=True)
@@ -217,6 +235,20 @@ class Family:
             if figure.name == name:
                 return figure
         raise KeyError(f"{self.name}: no figure {name!r} is declared in outputs.py")
+
+    def figure_groups(self) -> list[FigureGroup]:
+        """The family's figures in the groups that one job each draws (`FigureGroup`)."""
+        groups: dict[str, list[Figure]] = {}
+        scopes = {}
+        for figure in self.figures:
+            roles = [key for key, names in self.corpus_roles.items() if figure.name in names]
+            parts = [figure.scope] if figure.scope != "corpus" else []
+            parts += [key.removesuffix("_corpus") for key in roles]
+            parts += ["every_layer"] if set(figure.tables) & set(self.every_layer) else []
+            name = "_".join([f"{self.name}_figures", *parts])
+            groups.setdefault(name, []).append(figure)
+            scopes[name] = figure.scope
+        return [FigureGroup(name, scopes[name], tuple(group)) for name, group in groups.items()]
 
     def corpora(self, settings: dict) -> list[str]:
         """The corpora the family reads: `corpora:` (a list), `corpus:` (one), or the corpora
