@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 import attnscope
-from attnscope.analyses.family import families
+from attnscope.analyses.family import families, figure_paths
 from attnscope.architectures import SUPPORTED_MODEL_TYPES
 
 ROOT = Path(__file__).parents[1]
@@ -128,6 +128,27 @@ def test_family_figures_match_their_declaration(name):
         assert required <= expected <= set(params), figure.name
         caption = ROOT / "report" / name / f"{figure.name}.rst"
         assert caption.is_file() and caption.read_text().strip(), caption
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_a_figure_group_is_wanted_whole_or_not_at_all(name):
+    """Each figure is in one group of one scope; whatever corpus role and layer subset a run
+    has, it wants all of a corpus group's figures or none (a job makes all its outputs)."""
+    family = FAMILIES[name]
+    groups = family.figure_groups()
+    drawn = [figure for group in groups for figure in group.figures]
+    assert sorted(f.name for f in drawn) == sorted(f.name for f in family.figures)
+    assert all({f.scope for f in group.figures} == {group.scope} for group in groups)
+    settings = {key: f"corpus_{key}" for key in family.corpus_roles}
+    corpora = list(settings.values()) or ["corpus"]
+    for corpus in corpora:
+        for every_layer in (True, False):
+            wanted = set(family.corpus_files(settings, corpus, every_layer))
+            for group in groups:
+                if group.scope != "corpus":
+                    continue
+                paths = {p for f in group.figures for p in figure_paths(family, f)}
+                assert paths <= wanted or not paths & wanted, (group.name, corpus, every_layer)
 
 
 def test_plots_modules_and_declarations_import_without_torch():

@@ -4,9 +4,9 @@ checks, its local rules), and the registry that finds them.
 
 A family's `analyses/<family>/outputs.py` defines `FAMILY = Family(...)`; `families()` finds
 every one (the registry). From that one declaration follow the rule outputs (rules ask
-`table()` for a declared path), the figure rules (`<family>_figures`: one job draws every
-figure of a scope, each by the function `<figure>` of `analyses/<family>/plots.py`;
-`FigureGroup`), the report entries (caption
+`table()` for a declared path), the figure rules (`<family>_figures...`: one job per
+`FigureGroup`, each figure drawn by the function `<figure>` of `analyses/<family>/plots.py`),
+the report entries (caption
 `report/<family>/<figure>.rst`), the targets of `rule all` and of `snakemake <family>`, the
 Snakefile's local rules, the memory estimate (`jobs`: every job of `rules/<family>.smk`), the
 configuration checks, and the checks that the docs list every output and family
