@@ -462,3 +462,29 @@ def test_a_ggufs_summary_is_read_once_per_content(tmp_path, monkeypatch):
     gguf._summary_of.cache_clear()
     with pytest.raises(AssertionError, match="parsed again"):
         gguf.gguf_config(copy)
+
+
+def test_a_dequantisation_parses_the_gguf_once(tmp_path, monkeypatch):
+    """`transformers` reads a GGUF three times (config, weights, tokenizer), each with a reader
+    that parses the whole metadata again (Gemma 3's vocabulary: about 11 s): within a
+    dequantisation every reader of the file is one, and other files still get their own."""
+    import gguf as gguf_package
+
+    path, _ = write_tiny_gguf_model(tmp_path / "gguf")
+    made = []
+    real = gguf_package.GGUFReader
+
+    class CountedReader(real):
+        def __init__(self, file, *args, **kwargs):
+            made.append(Path(file).name)
+            super().__init__(file, *args, **kwargs)
+
+    monkeypatch.setattr(gguf_package, "GGUFReader", CountedReader)
+    gguf._reader_of.cache_clear()
+    gguf.dequantise(path, tmp_path / "model")
+    assert made == [path.name]
+    assert gguf_package.GGUFReader is CountedReader  # put back afterwards
+    with gguf._one_reader(path):
+        other = write_tiny_gguf_model(tmp_path / "other")[0]
+        assert gguf_package.GGUFReader(str(other)) is not gguf._reader(path)
+    assert made == [path.name, other.name]

@@ -405,3 +405,33 @@ def test_run_fails_when_the_ff_split_is_incomplete(tmp_path):
                 ),
             )
     assert not maps_path.exists()
+
+
+def test_ff_pairs_figure_lists_every_pair_of_its_table_under_its_layer():
+    """The FF pairs figure is text: each change's column names every layer, and under it
+    each (key -> query) pair of the table with its mean change and count, in rank order."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from attnscope.analyses.mixing.plots import ff_pairs
+
+    rows = [
+        (layer, change, rank, f"k{layer}{rank}", f"q{layer}{rank}", sign * 0.01 * rank, rank + 1)
+        for layer in (1, 2)
+        for change, sign in (("amplified", 1), ("suppressed", -1))
+        for rank in (1, 2)
+        if (layer, change) != (2, "suppressed")
+    ]
+    columns = ["layer", "change", "rank", "key_token", "query_token", "mean_change", "count"]
+    fig = ff_pairs(pd.DataFrame(rows, columns=columns), title="t")
+    texts = {ax.get_title(): ax.texts[0].get_text().splitlines() for ax in fig.axes}
+    assert set(texts) == {"amplified", "suppressed"}
+    amplified = texts["amplified"]
+    assert amplified.index("layer 1") < amplified.index("layer 2")
+    for layer in (1, 2):
+        pairs = [line.split() for line in amplified if line.startswith(f"  k{layer}")]
+        assert pairs == [
+            [f"k{layer}{r}", "->", f"q{layer}{r}", f"+{0.01 * r:.4f}", str(r + 1)] for r in (1, 2)
+        ]
+    assert "layer 2: no pair seen twice" in texts["suppressed"]
+    plt.close(fig)
