@@ -435,3 +435,33 @@ def test_ff_pairs_figure_lists_every_pair_of_its_table_under_its_layer():
         ]
     assert "layer 2: no pair seen twice" in texts["suppressed"]
     plt.close(fig)
+
+
+def test_scope_maps_figure_shows_each_map_row_normalised_in_its_own_tile():
+    """One image per layer; scope c's tile (columns c (n + 1) .. + n, blank columns between)
+    is its map with each query row summed to 1, shaded from 0 to its own largest entry."""
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from attnscope.analyses.mixing.plots import scope_maps
+
+    n, rng = 3, np.random.default_rng(0)
+    maps = {(layer, scope): rng.random((n, n)) for layer in (1, 2) for scope in ("Attn", "AttnRes")}
+    rows = [
+        (scope, layer, i + 1, j + 1, f"t{i}", f"t{j}", m[i, j])
+        for (layer, scope), m in maps.items()
+        for i in range(n)
+        for j in range(n)
+    ]
+    columns = ["scope", "layer", "query", "key", "query_token", "key_token", "value"]
+    fig = scope_maps(pd.DataFrame(rows, columns=columns), title="t")
+    assert len(fig.axes) == 2
+    for ax, layer in zip(fig.axes, (1, 2), strict=True):
+        image = ax.get_images()[0].get_array()
+        assert image.shape == (n, 2 * n + 1) and image.mask[:, n].all()
+        for c, scope in enumerate(("Attn", "AttnRes")):
+            m = maps[layer, scope] / maps[layer, scope].sum(1, keepdims=True)
+            np.testing.assert_allclose(image[:, c * (n + 1) : c * (n + 1) + n], m / m.max())
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["Attn", "AttnRes"]
+    assert [t.get_text() for t in fig.axes[-1].get_yticklabels()] == ["t0", "t1", "t2"]
+    plt.close(fig)
