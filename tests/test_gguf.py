@@ -488,3 +488,54 @@ def test_a_dequantisation_parses_the_gguf_once(tmp_path, monkeypatch):
         other = write_tiny_gguf_model(tmp_path / "other")[0]
         assert gguf_package.GGUFReader(str(other)) is not gguf._reader(path)
     assert made == [path.name, other.name]
+
+
+def test_the_dequantised_tokenizer_lists_its_added_tokens_and_loads_without_a_second_parse(
+    tiny_gguf, tmp_path, monkeypatch
+):
+    """`transformers` 5 saves no `added_tokens_decoder` beside a tokenizer.json and so, at each
+    load, parses the whole tokenizer.json in Python to find the added tokens (Gemma 3's 33 MB:
+    about 1.4 s per job): the dequantised folder records them, a load parses the file once
+    less, and the tokenizer is the same as the one loaded without them."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    path, _ = tiny_gguf
+    folder = tmp_path / "model"
+    gguf.dequantise(path, folder)
+    added = json.loads((folder / "tokenizer.json").read_text())["added_tokens"]
+    recorded = json.loads((folder / "tokenizer_config.json").read_text())["added_tokens_decoder"]
+    assert added and sorted(recorded, key=int) == [str(token["id"]) for token in added]
+    for token in added:
+        assert recorded[str(token["id"])] == {k: v for k, v in token.items() if k != "id"}
+    bare = tmp_path / "bare"
+    shutil.copytree(folder, bare)
+    settings = json.loads((bare / "tokenizer_config.json").read_text())
+    del settings["added_tokens_decoder"]
+    (bare / "tokenizer_config.json").write_text(json.dumps(settings))
+
+    parses, real_load = [], json.load
+
+    def counted_load(handle, *args, **kwargs):
+        parses.append(Path(getattr(handle, "name", "")).name)
+        return real_load(handle, *args, **kwargs)
+
+    monkeypatch.setattr(json, "load", counted_load)
+    loaded = {}
+    for name in ("model", "bare"):
+        parses.clear()
+        loaded[name] = (
+            AutoTokenizer.from_pretrained(tmp_path / name),
+            parses.count("tokenizer.json"),
+        )
+    (tokenizer, parsed), (reference, parsed_bare) = loaded["model"], loaded["bare"]
+    assert parsed == parsed_bare - 1
+    text = "The cat sat on the mat, didn't it? 1,234 ünïcode " + " ".join(str(t) for t in recorded)
+    assert tokenizer(text).input_ids == reference(text).input_ids
+    pieces = range(len(reference))
+    assert tokenizer.convert_ids_to_tokens(pieces) == reference.convert_ids_to_tokens(pieces)
+    assert {i: t.__getstate__() for i, t in tokenizer.added_tokens_decoder.items()} == {
+        i: t.__getstate__() for i, t in reference.added_tokens_decoder.items()
+    }
+    assert tokenizer.all_special_ids == reference.all_special_ids

@@ -384,10 +384,27 @@ def _write_model(path: Path, folder: Path, config: dict) -> None:
     try:
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
+        _record_added_tokens(folder)
     except Exception as error:  # safetensors' SafetensorError is no OSError
         if "No space left on device" not in str(error):
             raise
         raise GGUFError(f"{_no_room(path, folder)} (it ran out writing)") from error
+
+
+def _record_added_tokens(folder: Path) -> None:
+    """Write tokenizer.json's added tokens into tokenizer_config.json as
+    `added_tokens_decoder` ({id: the token's fields}), which `transformers` 5 leaves out of a
+    save backed by `tokenizers`: without it, every load parses the whole tokenizer.json in
+    Python only to find them again (Gemma 3's 33 MB: about 1.4 s in each job that opens its
+    tokenizer). The same tokens with the same fields: the tokenizer loaded is the same."""
+    settings_path = folder / "tokenizer_config.json"
+    settings = json.loads(settings_path.read_text(encoding="utf-8"))
+    added = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))["added_tokens"]
+    settings["added_tokens_decoder"] = {
+        str(token["id"]): {field: value for field, value in token.items() if field != "id"}
+        for token in added
+    }
+    settings_path.write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
 
 
 @contextmanager
