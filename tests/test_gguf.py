@@ -495,7 +495,7 @@ def test_the_dequantised_tokenizer_lists_its_added_tokens_and_loads_without_a_se
 ):
     """`transformers` 5 saves no `added_tokens_decoder` beside a tokenizer.json and so, at each
     load, parses the whole tokenizer.json in Python to find the added tokens (Gemma 3's 33 MB:
-    about 1.4 s per job): the dequantised folder records them, a load parses the file once
+    about 1.2 s per job): the dequantised folder records them, a load parses the file once
     less, and the tokenizer is the same as the one loaded without them."""
     import shutil
 
