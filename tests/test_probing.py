@@ -12,6 +12,7 @@ import torch
 from attnscope.analyses.probing.coreference import CorefCounts, gender
 from attnscope.analyses.probing.corpus_pass import coref_pass, syntax_pass
 from attnscope.analyses.probing.probe import (
+    Probe,
     Sequence,
     batches,
     right_branching,
@@ -257,6 +258,33 @@ def test_probe_recovers_a_planted_map_and_is_at_chance_on_noise():
     for s in seqs:
         s.heads[:] = np.r_[np.arange(1, len(s.heads)), -1]
     assert right_branching(seqs)[0] == 1
+
+
+def test_probe_scores_are_the_papers_bilinear_sum_over_maps_and_embeddings():
+    """score(i, j) = sum_k A_k[i, j] (b + D e_i + H e_j)_k + A_k[j, i] (...)_{F + k}, with
+    ROOT's embedding `root`, by loops over the padded batch (float64)."""
+    seqs = synthetic_sequences(5, 3, False, n_maps=3, d=6)
+    batch = batches(seqs, "attn", size=8)[0]
+    torch.manual_seed(1)
+    probe = Probe(6, 6, with_embeddings=True)
+    with torch.no_grad():
+        for p in probe.parameters():
+            p.normal_()
+        scores = probe(batch.feats, batch.feats_by_candidate, batch.emb).double()
+    b, D, H = (t.detach().double() for t in (probe.bias, probe.dep.weight, probe.head.weight))
+    root = probe.root.detach().double()
+    W = batch.words.shape[1]  # the batch's ROOT column
+    for k, s in enumerate(sorted(seqs, key=lambda s: len(s.heads))):
+        w, e = len(s.heads), torch.from_numpy(s.word_vectors).double()
+        maps = torch.from_numpy(s.maps.astype(np.float64))  # [F, w + 1, w + 1], ROOT at w
+        for i in range(w):
+            for j in range(w + 1):
+                e_j = root if j == w else e[j]
+                x = torch.cat([maps[:, i, j], maps[:, j, i]])
+                expected = float(x @ (b + D @ e[i] + H @ e_j))
+                got = float(scores[k, i, W if j == w else j])
+                assert abs(got - expected) < 1e-4 * (1 + abs(expected)), (k, i, j)
+    assert (scores[batch.words.logical_not()] == 0).all()  # padded rows score nothing
 
 
 # --- tables against transformers ---------------------------------------------------------------
