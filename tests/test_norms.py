@@ -24,6 +24,7 @@ from attnscope.core.attention import (
     attention_output,
     attention_probs,
     head_outputs,
+    head_values,
     value_vectors,
 )
 from attnscope.core.checks import CheckError, NonFiniteError, ResidualLog
@@ -72,6 +73,27 @@ def module_values(model, layer: int, X: torch.Tensor) -> torch.Tensor:
     B, n, _ = v.shape
     v = v.reshape(B, n, H, -1).permute(0, 2, 1, 3)  # [B, H, n, d']
     return torch.einsum("bhne,hed->bhnd", v, W_O.reshape(H, -1, W_O.shape[-1]))
+
+
+def test_head_outputs_are_each_heads_weighted_sum_of_f_x(classic_architecture):
+    """z^h_i from the values, (sum_j alpha_ij v_j) W_O^h, equals sum_j alpha_ij f^h(x_j)
+    summed in float64, head by head, and its sum over heads plus b_O is the module's output."""
+    model = tiny_model(classic_architecture)
+    weights = canonical_weights(model)
+    ids, mask = tiny_batch(classic_architecture)
+    hidden, _ = run_model(model, ids, mask)
+    real = mask.bool()
+    for l, layer in enumerate(weights.layers):
+        X = hidden[l]
+        alpha = attention_probs(X, mask, layer)
+        z = head_outputs(alpha, head_values(X, layer), layer)
+        direct = alpha.double() @ value_vectors(X, layer).double()  # [B, H, n, d]
+        torch.testing.assert_close(z.double(), direct, rtol=1e-5, atol=1e-6)
+        y_real = architectures.architecture(classic_architecture).attention_output(
+            model, l, X, mask
+        )
+        y = z.sum(1) + layer.b_O
+        torch.testing.assert_close(y[real], y_real[real], rtol=1e-5, atol=1e-6)
 
 
 def test_decomposition_rebuilds_module_output(classic_architecture):
@@ -353,7 +375,7 @@ def test_decomposition_check_covers_every_batch(tmp_path):
             per_batch = []
             for batch in store.batches(l, 2, "cpu"):
                 alpha = attention_probs(batch.X, batch.mask, layer)
-                z = head_outputs(alpha, value_vectors(batch.X, layer))  # as the pass sums them
+                z = head_outputs(alpha, head_values(batch.X, layer), layer)  # as the pass sums them
                 y = z.sum(1) + layer.b_O
                 y_real = module_output(model, l, batch.X, batch.mask)
                 per_batch.append(residual_of(y, y_real, batch.mask))

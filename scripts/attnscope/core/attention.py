@@ -110,16 +110,24 @@ def attention_probs(X: torch.Tensor, mask: torch.Tensor, layer: CanonicalLayer) 
     return scores
 
 
-def value_vectors(X: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
+def head_values(X: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
+    """v^h_j = x_j W_V^h + b_V^h, each head's value of token j (W_V of its key/value head,
+    repeated per query head).  [B, H, n, d']"""
+    return repeat_kv(_project(attention_input(X, layer), layer.W_V, layer.b_V), layer)
+
+
+def value_vectors(X: torch.Tensor, layer: CanonicalLayer, v: torch.Tensor | None = None):
     """f^h(x_j) = (x_j W_V^h + b_V^h) W_O^h, the vector head h moves from token j (W_V of its
-    key/value head).  [B, H, n, d]"""
-    v = repeat_kv(_project(attention_input(X, layer), layer.W_V, layer.b_V), layer)
+    key/value head); `v`: `head_values(X, layer)` where the caller has them.  [B, H, n, d]"""
+    v = head_values(X, layer) if v is None else v
     return torch.einsum("bhne,hed->bhnd", v, layer.W_O)
 
 
-def head_outputs(alpha: torch.Tensor, fx: torch.Tensor) -> torch.Tensor:
-    """z^h_i = sum_j alpha^h_ij f^h(x_j), each head's output (no b_O).  [B, H, n, d]"""
-    return torch.einsum("bhij,bhjd->bhid", alpha, fx)
+def head_outputs(alpha: torch.Tensor, v: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
+    """z^h_i = sum_j alpha^h_ij f^h(x_j) = (sum_j alpha^h_ij v^h_j) W_O^h, each head's output
+    (no b_O), from the values `v` [B, H, n, d'] (`head_values`): n^2 d' + n d' d products per
+    head and row block instead of the n^2 d of weighting f(x) itself.  [B, H, n, d]"""
+    return torch.einsum("bhne,hed->bhnd", alpha @ v, layer.W_O)
 
 
 def attention_output(alpha: torch.Tensor, fx: torch.Tensor, layer: CanonicalLayer):

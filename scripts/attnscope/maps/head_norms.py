@@ -6,7 +6,7 @@ import torch
 
 from attnscope.core.settings import MEMORY_BUDGET_MB
 
-FLOAT64_COPIES = 3  # [B, H, c, n] float64 tensors alive at once in a chunk
+FLOAT64_COPIES = 3  # [B, n, H, c] float64 tensors alive at once in a chunk
 
 
 def head_summed_norms(
@@ -23,11 +23,13 @@ def head_summed_norms(
     the budget.
     """
     B, H, n, _ = alpha.shape
-    gram = torch.einsum("bhjd,bgjd->bjhg", fx, fx).double()
+    by_token = fx.transpose(1, 2).contiguous()  # [B, n_j, H, d]: one [H, d] block per key
+    gram = (by_token @ by_token.transpose(-1, -2)).double()  # G_j [B, n_j, H, H]
+    del by_token
     rows = max(1, int(memory_budget_mb * 2**20 // (FLOAT64_COPIES * 8 * B * H * max(1, n))))
     out = alpha.new_empty(B, n, n)
     for i0 in range(0, n, rows):
-        a = alpha[:, :, i0 : i0 + rows].double()
-        squared = (torch.einsum("bhij,bjhg->bgij", a, gram) * a).sum(1)
-        out[:, i0 : i0 + rows] = squared.clamp_min(0).sqrt()
+        a = alpha[:, :, i0 : i0 + rows].permute(0, 3, 1, 2).double()  # [B, n_j, H, c]
+        squared = ((gram @ a) * a).sum(2)  # a^T G_j a  [B, n_j, c]
+        out[:, i0 : i0 + rows] = squared.clamp_min(0).sqrt().transpose(1, 2)
     return out

@@ -101,13 +101,7 @@ def lift_sums(Q, K, W, scale: float, band: torch.Tensor) -> dict[str, torch.Tens
     held at a time), the rest C n d' + n^2 d' per weighting."""
     H, C = Q.shape[:2]
     flat = Q.reshape(H, C, -1)
-    pairs = torch.stack(
-        [
-            flat @ (W[:, k, None] @ K).reshape(H, C, -1).transpose(1, 2)  # dk [H, C, n, d']
-            for k in range(W.shape[1])
-        ],
-        1,
-    )
+    pairs = pair_sums(Q, K, W)
     q, k = Q.sum(1), K.sum(1)  # [H, n, d']
     dk_sum = W @ k[:, None]  # [H, K, n, d']
     qw = W.transpose(-1, -2) @ q[:, None]  # sum_i W_ij q_i  [H, K, n, d']
@@ -118,6 +112,22 @@ def lift_sums(Q, K, W, scale: float, band: torch.Tensor) -> dict[str, torch.Tens
     bands.index_add_(2, band, per_dim)
     out = {"pairs": pairs, "query": query.transpose(1, 2), "key": key.transpose(1, 2)}
     return {name: value * scale for name, value in (out | {"bands": bands}).items()}
+
+
+def pair_sums(Q: torch.Tensor, K: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """sum_i q_i(c) . dk_i(c') of every head, weighting and component pair, dk_i(c') =
+    sum_j W_ij k_j(c') (`lift_sums` without its scale).  Q, K [H, C, n, d'], W [H, K, n, n]
+    -> [H, K, C, C]. Both sides laid out dimension by dimension once ([C, d', n]), so that per
+    weighting and head dk is one [C d', n] x [n, n] product (not C products [n, n] x [n, d'])
+    and the pairs one [C, d' n] x [d' n, C]."""
+    H, C, n, d = Q.shape
+    q_by_dim = Q.transpose(-1, -2).reshape(H, C, d * n)  # q_i(c)[e] at column e n + i
+    k_by_dim = K.transpose(-1, -2).reshape(H, C * d, n)  # k_j(c')[e] in row c' d' + e
+    pairs = []
+    for k in range(W.shape[1]):
+        dk = (k_by_dim @ W[:, k].transpose(-1, -2)).view(H, C, d * n)  # dk_i(c')[e]
+        pairs.append(q_by_dim @ dk.transpose(1, 2))
+    return torch.stack(pairs, 1)
 
 
 def row_lifts(logits: torch.Tensor, W: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,7 @@ from attnscope.core.attention import (
     attention_input,
     attention_probs,
     head_outputs,
+    head_values,
     value_vectors,
     visible_pairs,
 )
@@ -73,8 +74,9 @@ def corpus_pass(
         for batch in store.batches(l, batch_size, device):
             with torch.no_grad():
                 alpha = attention_probs(batch.X, batch.mask, layer)
-                fx = value_vectors(batch.X, layer)
-                fx_norm, z = fx.norm(dim=-1), head_outputs(alpha, fx)  # [B, H, n], [B, H, n, d]
+                v = head_values(batch.X, layer)
+                fx = value_vectors(batch.X, layer, v)
+                fx_norm, z = fx.norm(dim=-1), head_outputs(alpha, v, layer)  # [B, H, n, (d)]
                 y = z.sum(1) + layer.b_O  # the attention block's output (`attention_output`)
                 y_real = handle.attention_output(batch.X, batch.mask)
                 residuals.add(l + 1, "Attn", y, y_real, batch.mask)
