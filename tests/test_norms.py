@@ -75,30 +75,11 @@ def module_values(model, layer: int, X: torch.Tensor) -> torch.Tensor:
     return torch.einsum("bhne,hed->bhnd", v, W_O.reshape(H, -1, W_O.shape[-1]))
 
 
-def test_head_outputs_are_each_heads_weighted_sum_of_f_x(classic_architecture):
-    """z^h_i from the values, (sum_j alpha_ij v_j) W_O^h, equals sum_j alpha_ij f^h(x_j)
-    summed in float64, head by head, and its sum over heads plus b_O is the module's output."""
-    model = tiny_model(classic_architecture)
-    weights = canonical_weights(model)
-    ids, mask = tiny_batch(classic_architecture)
-    hidden, _ = run_model(model, ids, mask)
-    real = mask.bool()
-    for l, layer in enumerate(weights.layers):
-        X = hidden[l]
-        alpha = attention_probs(X, mask, layer)
-        z = head_outputs(alpha, head_values(X, layer), layer)
-        direct = alpha.double() @ value_vectors(X, layer).double()  # [B, H, n, d]
-        torch.testing.assert_close(z.double(), direct, rtol=1e-5, atol=1e-6)
-        y_real = architectures.architecture(classic_architecture).attention_output(
-            model, l, X, mask
-        )
-        y = z.sum(1) + layer.b_O
-        torch.testing.assert_close(y[real], y_real[real], rtol=1e-5, atol=1e-6)
-
-
 def test_decomposition_rebuilds_module_output(classic_architecture):
     """sum_h sum_j alpha f(x_j) + b_O equals the module's output, and that output (the
-    independent route of the run-time check) rebuilds the model's own next hidden state."""
+    independent route of the run-time check) rebuilds the model's own next hidden state.
+    Each head's output from its values, (sum_j alpha_ij v_j) W_O^h (the norms pass's), equals
+    sum_j alpha_ij f^h(x_j) summed in float64, and its sum over heads plus b_O that output."""
     architecture = classic_architecture
     model = tiny_model(architecture)
     weights = canonical_weights(model)
@@ -107,9 +88,14 @@ def test_decomposition_rebuilds_module_output(classic_architecture):
     real = mask.bool()
     for l, layer in enumerate(weights.layers):
         X = hidden[l]
-        y = attention_output(attention_probs(X, mask, layer), value_vectors(X, layer), layer)
+        alpha = attention_probs(X, mask, layer)
+        y = attention_output(alpha, value_vectors(X, layer), layer)
         y_real = architectures.architecture(architecture).attention_output(model, l, X, mask)
         torch.testing.assert_close(y[real], y_real[real], rtol=1e-5, atol=1e-6)
+        z = head_outputs(alpha, head_values(X, layer), layer)  # [B, H, n, d]
+        direct = alpha.double() @ value_vectors(X, layer).double()
+        torch.testing.assert_close(z.double(), direct, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close((z.sum(1) + layer.b_O)[real], y_real[real], rtol=1e-5, atol=1e-6)
         core = base_model(model)
         with torch.no_grad():
             if architecture == "gpt2":
