@@ -31,6 +31,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 
@@ -38,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from attnscope.analyses.attend.lift import pair_sums  # noqa: E402
+from attnscope.core.attention import head_outputs  # noqa: E402
 from attnscope.maps.head_norms import head_summed_norms  # noqa: E402
 
 # name: (layers, heads, d', d, attend's key weightings K; encoders see 3 more classes)
@@ -61,9 +63,10 @@ def head_outputs_before(alpha, v, W_O):
 
 
 def head_outputs_now(alpha, v, W_O):
-    """z = (alpha v) W_O per head, with f(x) made beside it as the norms pass makes it."""
-    torch.einsum("bhne,hed->bhnd", v, W_O)  # the pass needs f(x) for its norms either way
-    return torch.einsum("bhne,hed->bhnd", alpha @ v, W_O)
+    """`head_outputs`, (alpha v) W_O per head, with f(x) = v W_O made beside it as the norms
+    pass makes it (its norms of f(x) need it either way)."""
+    torch.einsum("bhne,hed->bhnd", v, W_O)
+    return head_outputs(alpha, v, SimpleNamespace(W_O=W_O))
 
 
 def head_summed_before(alpha, fx):
