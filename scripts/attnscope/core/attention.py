@@ -126,7 +126,7 @@ def value_vectors(X: torch.Tensor, layer: CanonicalLayer, v: torch.Tensor | None
 def head_outputs(alpha: torch.Tensor, v: torch.Tensor, layer: CanonicalLayer) -> torch.Tensor:
     """z^h_i = sum_j alpha^h_ij f^h(x_j) = (sum_j alpha^h_ij v^h_j) W_O^h, each head's output
     (no b_O), from the values `v` [B, H, n, d'] (`head_values`): n^2 d' + n d' d products per
-    head and row block instead of the n^2 d of weighting f(x) itself.  [B, H, n, d]"""
+    head instead of the n^2 d of weighting f(x) itself.  [B, H, n, d]"""
     return torch.einsum("bhne,hed->bhnd", alpha @ v, layer.W_O)
 
 
